@@ -1,0 +1,108 @@
+// Package config holds reverbgo's typed configuration: the YAML file, its defaults, the
+// environment overrides with Laravel Reverb's names, and the validation that stops start-up
+// on a bad value. Only cmd/reverbgo reads files; every other package takes these structs.
+package config
+
+// Config is the whole server configuration.
+type Config struct {
+	Server  Server  `mapstructure:"server"`
+	Apps    []App   `mapstructure:"apps"`
+	Scaling Scaling `mapstructure:"scaling"`
+}
+
+// Server is the listening socket and the HTTP limits shared by every app.
+type Server struct {
+	Host string `mapstructure:"host"` // default 0.0.0.0
+	Port int    `mapstructure:"port"` // default 8080
+	// Path is an optional prefix for every route ("" = none, else "/x" without trailing slash).
+	Path string `mapstructure:"path"`
+	// MaxRequestSize bounds the Pusher HTTP API body in bytes (default 10000).
+	MaxRequestSize int64 `mapstructure:"max_request_size"`
+	TLS            TLS   `mapstructure:"tls"`
+	// ShutdownTimeoutSeconds bounds how long in-flight HTTP requests may take on SIGTERM (default 10).
+	ShutdownTimeoutSeconds int `mapstructure:"shutdown_timeout"`
+}
+
+// TLS enables HTTPS/WSS when both files are set.
+type TLS struct {
+	Cert string `mapstructure:"cert"`
+	Key  string `mapstructure:"key"`
+}
+
+// Scaling selects the distributed engine. Disabled means one process, memory only.
+type Scaling struct {
+	Enabled bool `mapstructure:"enabled"`
+	// Redis URL, e.g. redis://user:pass@127.0.0.1:6379/0.
+	RedisURL string `mapstructure:"redis_url"`
+	// Channel is the pub/sub channel name prefix (default "reverb").
+	Channel string `mapstructure:"channel"`
+}
+
+// Client-event policies, Reverb's names.
+const (
+	ClientEventsMembers = "members"
+	ClientEventsAll     = "all"
+	ClientEventsNone    = "none"
+)
+
+// App is one tenant: its credentials and limits.
+type App struct {
+	ID     string `mapstructure:"app_id"`
+	Key    string `mapstructure:"key"`
+	Secret string `mapstructure:"secret"`
+	// Enabled false refuses new connections with 4003 (default true).
+	Enabled *bool `mapstructure:"enabled"`
+	// AllowedOrigins are host globs; "*" allows every origin (default ["*"]).
+	AllowedOrigins []string `mapstructure:"allowed_origins"`
+	// PingInterval in seconds before the server pings an idle client (default 60).
+	PingInterval int `mapstructure:"ping_interval"`
+	// ActivityTimeout in seconds, sent to clients in connection_established (default 30).
+	ActivityTimeout int `mapstructure:"activity_timeout"`
+	// MaxConnections per app; 0 = unlimited.
+	MaxConnections int `mapstructure:"max_connections"`
+	// MaxMessageSize bounds client frames and event data in bytes (default 10000).
+	MaxMessageSize int `mapstructure:"max_message_size"`
+	// AcceptClientEventsFrom is members | all | none (default members).
+	AcceptClientEventsFrom string `mapstructure:"accept_client_events_from"`
+	// EnableUserAuthentication allows pusher:signin (default true).
+	EnableUserAuthentication *bool `mapstructure:"enable_user_authentication"`
+	// ClientEventRateLimit per connection per second; 0 = unlimited (default 10).
+	ClientEventRateLimit *int `mapstructure:"client_event_rate_limit"`
+	// MaxPresenceMembers per presence channel (default 100).
+	MaxPresenceMembers int `mapstructure:"max_presence_members"`
+	// MaxBatchSize of batch_events (default 10).
+	MaxBatchSize int `mapstructure:"max_batch_size"`
+	// Toolmark configures the embedded bridge.
+	Toolmark Toolmark `mapstructure:"toolmark"`
+	// Webhooks receive signed event batches.
+	Webhooks []Webhook `mapstructure:"webhooks"`
+}
+
+// Toolmark configures the bridge for one app.
+type Toolmark struct {
+	Enabled       bool `mapstructure:"enabled"`
+	CallTimeoutMS int  `mapstructure:"call_timeout_ms"` // default 30000
+	MaxTimeoutMS  int  `mapstructure:"max_timeout_ms"`  // default 600000
+}
+
+// Webhook is one receiver. Empty EventTypes means every event.
+type Webhook struct {
+	URL        string   `mapstructure:"url"`
+	EventTypes []string `mapstructure:"event_types"`
+}
+
+// IsEnabled reports the effective enabled flag.
+func (a *App) IsEnabled() bool { return a.Enabled == nil || *a.Enabled }
+
+// UserAuthentication reports whether pusher:signin is allowed.
+func (a *App) UserAuthentication() bool {
+	return a.EnableUserAuthentication == nil || *a.EnableUserAuthentication
+}
+
+// ClientEventsPerSecond is the effective per-connection client event limit (0 = unlimited).
+func (a *App) ClientEventsPerSecond() int {
+	if a.ClientEventRateLimit == nil {
+		return 10
+	}
+	return *a.ClientEventRateLimit
+}

@@ -1,0 +1,3 @@
+module github.com/reverbgo/reverbgo
+
+go 1.26.8
