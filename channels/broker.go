@@ -1,0 +1,40 @@
+package channels
+
+import "context"
+
+// Message is one publish: a pre-encoded frame for every subscriber of a channel but Except.
+type Message struct {
+	AppID   string
+	Channel string
+	Frame   []byte
+	Except  string // socket id not to deliver to ("" = none)
+}
+
+// Broker carries publishes to every node. Each node's broker calls the registry's
+// DeliverLocal for every message, including its own.
+type Broker interface {
+	Publish(ctx context.Context, m Message) error
+	Close() error
+}
+
+// MemoryBroker is the single-node broker: a publish is delivered locally at once. It is a
+// real product for one process, not a test double.
+type MemoryBroker struct {
+	deliver func(Message) int
+}
+
+var _ Broker = (*MemoryBroker)(nil)
+
+// NewMemoryBroker delivers every publish through deliver.
+func NewMemoryBroker(deliver func(Message) int) *MemoryBroker {
+	return &MemoryBroker{deliver: deliver}
+}
+
+// Publish delivers m synchronously; it only queues frames, never writes to sockets.
+func (b *MemoryBroker) Publish(_ context.Context, m Message) error {
+	b.deliver(m)
+	return nil
+}
+
+// Close does nothing: there is no connection to release.
+func (b *MemoryBroker) Close() error { return nil }

@@ -1,0 +1,220 @@
+package channels
+
+import (
+	"context"
+	"hash/maphash"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Subscriber is a local socket that can receive frames. Send must not block: it queues
+// the frame (or cuts the slow client off) and returns, so fan-out never waits on a socket.
+type Subscriber interface {
+	SocketID() string
+	Send(frame []byte)
+}
+
+const shardCount = 256
+
+type key struct{ app, name string }
+
+type channel struct {
+	mu   sync.RWMutex
+	subs map[string]Subscriber
+}
+
+type shard struct {
+	mu       sync.RWMutex
+	channels map[key]*channel
+}
+
+// Registry is the node's channel table, sharded by app and channel name so that
+// subscriptions to different channels never contend on one lock.
+type Registry struct {
+	seed     maphash.Seed
+	shards   [shardCount]shard
+	broker   Broker
+	presence PresenceStore
+	cache    *cacheStore
+}
+
+// Options wires the seams; nil Broker or Presence selects the in-memory one.
+type Options struct {
+	Broker   Broker
+	Presence PresenceStore
+}
+
+// NewRegistry builds a registry. With Options.Broker nil, a MemoryBroker delivering to
+// this registry is used.
+func NewRegistry(opts Options) *Registry {
+	r := &Registry{seed: maphash.MakeSeed(), cache: newCacheStore()}
+	for i := range r.shards {
+		r.shards[i].channels = make(map[key]*channel)
+	}
+	r.broker = opts.Broker
+	if r.broker == nil {
+		r.broker = NewMemoryBroker(r.DeliverLocal)
+	}
+	r.presence = opts.Presence
+	if r.presence == nil {
+		r.presence = NewMemoryPresence()
+	}
+	return r
+}
+
+// Presence returns the presence store under the registry.
+func (r *Registry) Presence() PresenceStore { return r.presence }
+
+// Broker returns the broker under the registry.
+func (r *Registry) Broker() Broker { return r.broker }
+
+func (r *Registry) shardOf(app, name string) *shard {
+	var h maphash.Hash
+	h.SetSeed(r.seed)
+	h.WriteString(app)
+	h.WriteByte(0)
+	h.WriteString(name)
+	return &r.shards[h.Sum64()%shardCount]
+}
+
+// Subscribe adds sub to a channel and returns the local subscriber count after it and
+// whether sub was newly added (a repeated subscribe is a no-op).
+func (r *Registry) Subscribe(app, name string, sub Subscriber) (count int, added bool) {
+	s := r.shardOf(app, name)
+	k := key{app, name}
+	s.mu.Lock()
+	ch := s.channels[k]
+	if ch == nil {
+		ch = &channel{subs: make(map[string]Subscriber, 1)}
+		s.channels[k] = ch
+	}
+	ch.mu.Lock()
+	if _, dup := ch.subs[sub.SocketID()]; !dup {
+		ch.subs[sub.SocketID()] = sub
+		added = true
+	}
+	count = len(ch.subs)
+	ch.mu.Unlock()
+	s.mu.Unlock()
+	return count, added
+}
+
+// Unsubscribe removes a socket from a channel, dropping the channel when it empties.
+// It returns the remaining local count and whether the socket was subscribed.
+func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, removed bool) {
+	s := r.shardOf(app, name)
+	k := key{app, name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.channels[k]
+	if ch == nil {
+		return 0, false
+	}
+	ch.mu.Lock()
+	if _, ok := ch.subs[socketID]; ok {
+		delete(ch.subs, socketID)
+		removed = true
+	}
+	remaining = len(ch.subs)
+	ch.mu.Unlock()
+	if remaining == 0 {
+		delete(s.channels, k)
+	}
+	return remaining, removed
+}
+
+// IsSubscribed reports whether socketID is subscribed locally to the channel.
+func (r *Registry) IsSubscribed(app, name, socketID string) bool {
+	s := r.shardOf(app, name)
+	s.mu.RLock()
+	ch := s.channels[key{app, name}]
+	s.mu.RUnlock()
+	if ch == nil {
+		return false
+	}
+	ch.mu.RLock()
+	_, ok := ch.subs[socketID]
+	ch.mu.RUnlock()
+	return ok
+}
+
+// Publish hands a message to the broker, which delivers it on every node.
+func (r *Registry) Publish(ctx context.Context, m Message) error {
+	return r.broker.Publish(ctx, m)
+}
+
+// DeliverLocal queues the frame on every local subscriber except m.Except and records it
+// for cache channels. Brokers call it for messages from any node. It returns the number
+// of sockets it queued the frame on.
+func (r *Registry) DeliverLocal(m Message) int {
+	if KindOf(m.Channel).IsCache() {
+		r.cache.put(m.AppID, m.Channel, m.Frame)
+	}
+	s := r.shardOf(m.AppID, m.Channel)
+	s.mu.RLock()
+	ch := s.channels[key{m.AppID, m.Channel}]
+	s.mu.RUnlock()
+	if ch == nil {
+		return 0
+	}
+	n := 0
+	ch.mu.RLock()
+	for id, sub := range ch.subs {
+		if id == m.Except && m.Except != "" {
+			continue
+		}
+		sub.Send(m.Frame)
+		n++
+	}
+	ch.mu.RUnlock()
+	return n
+}
+
+// CachedFrame returns the last frame published on a cache channel, if still fresh.
+func (r *Registry) CachedFrame(app, name string) ([]byte, bool) {
+	return r.cache.get(app, name)
+}
+
+// SubscriptionCount is the number of local sockets subscribed to the channel.
+func (r *Registry) SubscriptionCount(app, name string) int {
+	s := r.shardOf(app, name)
+	s.mu.RLock()
+	ch := s.channels[key{app, name}]
+	s.mu.RUnlock()
+	if ch == nil {
+		return 0
+	}
+	ch.mu.RLock()
+	defer ch.mu.RUnlock()
+	return len(ch.subs)
+}
+
+// ChannelInfo is one occupied channel in a listing.
+type ChannelInfo struct {
+	Name              string
+	SubscriptionCount int
+}
+
+// Channels lists the app's occupied channels whose names start with prefix, sorted.
+func (r *Registry) Channels(app, prefix string) []ChannelInfo {
+	var out []ChannelInfo
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.RLock()
+		for k, ch := range s.channels {
+			if k.app != app || !strings.HasPrefix(k.name, prefix) {
+				continue
+			}
+			ch.mu.RLock()
+			n := len(ch.subs)
+			ch.mu.RUnlock()
+			if n > 0 {
+				out = append(out, ChannelInfo{Name: k.name, SubscriptionCount: n})
+			}
+		}
+		s.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

@@ -1,0 +1,363 @@
+package pusher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/channels"
+)
+
+// Pusher HTTP API limits.
+const (
+	maxTriggerChannels = 100
+	maxEventNameLength = 200
+)
+
+var socketIDPattern = regexp.MustCompile(`^\d+\.\d+$`)
+
+type ctxKey string
+
+const (
+	ctxApp  ctxKey = "app"
+	ctxBody ctxKey = "body"
+)
+
+// Routes mounts the WebSocket endpoint, the Pusher HTTP API and /up under prefix.
+func (s *Server) Routes(e *echo.Echo, prefix string) {
+	e.GET(prefix+"/app/:key", func(c echo.Context) error {
+		s.ServeWS(c.Response(), c.Request(), c.Param("key"))
+		return nil
+	})
+	e.GET(prefix+"/up", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"health": "OK"})
+	})
+	signed := s.signedRequest(prefix)
+	e.POST(prefix+"/apps/:app_id/events", s.handleEvents, signed)
+	e.POST(prefix+"/apps/:app_id/batch_events", s.handleBatch, signed)
+	e.GET(prefix+"/apps/:app_id/channels", s.handleChannels, signed)
+	e.GET(prefix+"/apps/:app_id/channels/:channel", s.handleChannel, signed)
+	e.GET(prefix+"/apps/:app_id/channels/:channel/users", s.handleUsers, signed)
+	e.POST(prefix+"/apps/:app_id/users/:user_id/terminate_connections", s.handleTerminate, signed)
+	e.GET(prefix+"/apps/:app_id/connections", s.handleConnections, signed)
+}
+
+// apiError answers with a real HTTP status and {"error": message}.
+func apiError(c echo.Context, status int, message string) error {
+	return c.JSON(status, map[string]string{"error": message})
+}
+
+// signedRequest resolves the app, bounds the body by server.max_request_size and verifies
+// the Pusher signature over the path without the configured prefix.
+func (s *Server) signedRequest(prefix string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			app := s.appsByID[c.Param("app_id")]
+			if app == nil {
+				return apiError(c, http.StatusNotFound, "Unknown app")
+			}
+			limit := s.cfg.Server.MaxRequestSize
+			body, err := io.ReadAll(io.LimitReader(c.Request().Body, limit+1))
+			if err != nil {
+				return apiError(c, http.StatusBadRequest, "Could not read the request body")
+			}
+			if int64(len(body)) > limit {
+				return apiError(c, http.StatusRequestEntityTooLarge, "Request body is too large")
+			}
+			r := c.Request()
+			path := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
+			if err := auth.VerifyRequest(r.Method, path, r.URL.Query(), body, app.cfg.Key, app.cfg.Secret, s.now()); err != nil {
+				return apiError(c, http.StatusUnauthorized, err.Error())
+			}
+			c.Set(string(ctxApp), app)
+			c.Set(string(ctxBody), body)
+			return next(c)
+		}
+	}
+}
+
+func appOf(c echo.Context) *appState { return c.Get(string(ctxApp)).(*appState) }
+func bodyOf(c echo.Context) []byte   { return c.Get(string(ctxBody)).([]byte) }
+
+// triggerEvent is one event of POST /events or of a batch.
+type triggerEvent struct {
+	Name     string          `json:"name"`
+	Data     json.RawMessage `json:"data"`
+	Channels []string        `json:"channels"`
+	Channel  string          `json:"channel"`
+	SocketID string          `json:"socket_id"`
+	Info     string          `json:"info"`
+}
+
+type httpError struct {
+	status  int
+	message string
+}
+
+func (e *httpError) Error() string { return e.message }
+
+// prepare validates an event and returns its target channels and its data string.
+func (s *Server) prepare(app *appState, ev *triggerEvent) ([]string, string, *httpError) {
+	if ev.Name == "" || len(ev.Name) > maxEventNameLength {
+		return nil, "", &httpError{http.StatusBadRequest, "name is required (at most 200 characters)"}
+	}
+	chans := ev.Channels
+	if ev.Channel != "" {
+		chans = append(chans, ev.Channel)
+	}
+	if len(chans) == 0 {
+		return nil, "", &httpError{http.StatusBadRequest, "channels or channel is required"}
+	}
+	if len(chans) > maxTriggerChannels {
+		return nil, "", &httpError{http.StatusBadRequest, "at most 100 channels per event"}
+	}
+	for _, ch := range chans {
+		if !channels.ValidName(ch) {
+			return nil, "", &httpError{http.StatusBadRequest, "invalid channel name: " + truncate(ch, 200)}
+		}
+	}
+	if ev.SocketID != "" && !socketIDPattern.MatchString(ev.SocketID) {
+		return nil, "", &httpError{http.StatusBadRequest, "invalid socket_id"}
+	}
+	data, ok := eventData(ev.Data)
+	if !ok {
+		return nil, "", &httpError{http.StatusBadRequest, "data is required"}
+	}
+	if len(data) > app.cfg.MaxMessageSize {
+		return nil, "", &httpError{http.StatusRequestEntityTooLarge, "event data is over the app's max_message_size"}
+	}
+	return chans, data, nil
+}
+
+// eventData takes data as the string SDKs send, or any other JSON value as its text.
+func eventData(raw json.RawMessage) (string, bool) {
+	d := bytes.TrimSpace(raw)
+	if len(d) == 0 || string(d) == "null" {
+		return "", false
+	}
+	if d[0] == '"' {
+		var s string
+		if json.Unmarshal(d, &s) != nil {
+			return "", false
+		}
+		return s, true
+	}
+	return string(d), true
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+func (s *Server) handleEvents(c echo.Context) error {
+	app := appOf(c)
+	var ev triggerEvent
+	if err := decodeJSON(bodyOf(c), &ev); err != nil {
+		return apiError(c, http.StatusBadRequest, "Body must be a JSON event object")
+	}
+	chans, data, herr := s.prepare(app, &ev)
+	if herr != nil {
+		return apiError(c, herr.status, herr.message)
+	}
+	ctx := c.Request().Context()
+	for _, ch := range chans {
+		if err := s.publish(ctx, app.cfg.ID, ch, ev.Name, data, ev.SocketID); err != nil {
+			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+		}
+	}
+	if ev.Info == "" {
+		return c.JSON(http.StatusOK, struct{}{})
+	}
+	info := make(map[string]map[string]int, len(chans))
+	for _, ch := range chans {
+		info[ch] = s.channelAttributes(ctx, app, ch, ev.Info)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"channels": info})
+}
+
+func (s *Server) handleBatch(c echo.Context) error {
+	app := appOf(c)
+	var req struct {
+		Batch []triggerEvent `json:"batch"`
+	}
+	if err := decodeJSON(bodyOf(c), &req); err != nil {
+		return apiError(c, http.StatusBadRequest, "Body must be {\"batch\": [...]}")
+	}
+	if len(req.Batch) == 0 {
+		return apiError(c, http.StatusBadRequest, "batch is empty")
+	}
+	if len(req.Batch) > app.cfg.MaxBatchSize {
+		return apiError(c, http.StatusBadRequest, "batch is over max_batch_size")
+	}
+	type prepared struct {
+		chans []string
+		data  string
+	}
+	ready := make([]prepared, len(req.Batch))
+	for i := range req.Batch {
+		ev := &req.Batch[i]
+		if len(ev.Channels) > 0 {
+			return apiError(c, http.StatusBadRequest, "batch events take one channel each")
+		}
+		chans, data, herr := s.prepare(app, ev)
+		if herr != nil {
+			return apiError(c, herr.status, herr.message)
+		}
+		ready[i] = prepared{chans, data}
+	}
+	ctx := c.Request().Context()
+	withInfo := false
+	for i, p := range ready {
+		ev := &req.Batch[i]
+		withInfo = withInfo || ev.Info != ""
+		if err := s.publish(ctx, app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID); err != nil {
+			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+		}
+	}
+	if !withInfo {
+		return c.JSON(http.StatusOK, map[string]any{"batch": struct{}{}})
+	}
+	out := make([]map[string]int, len(ready))
+	for i, p := range ready {
+		out[i] = s.channelAttributes(ctx, app, p.chans[0], req.Batch[i].Info)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"batch": out})
+}
+
+// channelAttributes answers info=user_count,subscription_count for one channel.
+func (s *Server) channelAttributes(ctx context.Context, app *appState, ch, info string) map[string]int {
+	out := map[string]int{}
+	for _, attr := range strings.Split(info, ",") {
+		switch strings.TrimSpace(attr) {
+		case "user_count":
+			if channels.KindOf(ch).IsPresence() {
+				ms, _ := s.reg.Presence().Members(ctx, app.cfg.ID, ch)
+				out["user_count"] = len(ms)
+			}
+		case "subscription_count":
+			out["subscription_count"] = s.reg.SubscriptionCount(app.cfg.ID, ch)
+		}
+	}
+	return out
+}
+
+func infoAttrs(q url.Values) map[string]bool {
+	attrs := map[string]bool{}
+	for _, a := range strings.Split(q.Get("info"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			attrs[a] = true
+		}
+	}
+	return attrs
+}
+
+func (s *Server) handleChannels(c echo.Context) error {
+	app := appOf(c)
+	q := c.Request().URL.Query()
+	prefix := q.Get("filter_by_prefix")
+	attrs := infoAttrs(q)
+	if attrs["user_count"] && !strings.HasPrefix(prefix, "presence-") {
+		return apiError(c, http.StatusBadRequest, "info=user_count needs filter_by_prefix=presence-")
+	}
+	ctx := c.Request().Context()
+	out := map[string]map[string]int{}
+	for _, ch := range s.reg.Channels(app.cfg.ID, prefix) {
+		attr := map[string]int{}
+		if attrs["user_count"] {
+			ms, _ := s.reg.Presence().Members(ctx, app.cfg.ID, ch.Name)
+			attr["user_count"] = len(ms)
+		}
+		if attrs["subscription_count"] {
+			attr["subscription_count"] = ch.SubscriptionCount
+		}
+		out[ch.Name] = attr
+	}
+	return c.JSON(http.StatusOK, map[string]any{"channels": out})
+}
+
+func channelParam(c echo.Context) (string, bool) {
+	name, err := url.PathUnescape(c.Param("channel"))
+	return name, err == nil && channels.ValidName(name)
+}
+
+func (s *Server) handleChannel(c echo.Context) error {
+	app := appOf(c)
+	name, ok := channelParam(c)
+	if !ok {
+		return apiError(c, http.StatusBadRequest, "Invalid channel name")
+	}
+	attrs := infoAttrs(c.Request().URL.Query())
+	presence := channels.KindOf(name).IsPresence()
+	if attrs["user_count"] && !presence {
+		return apiError(c, http.StatusBadRequest, "user_count is only available for presence channels")
+	}
+	count := s.reg.SubscriptionCount(app.cfg.ID, name)
+	out := map[string]any{"occupied": count > 0}
+	if attrs["subscription_count"] {
+		out["subscription_count"] = count
+	}
+	if attrs["user_count"] {
+		ms, _ := s.reg.Presence().Members(c.Request().Context(), app.cfg.ID, name)
+		out["user_count"] = len(ms)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) handleUsers(c echo.Context) error {
+	app := appOf(c)
+	name, ok := channelParam(c)
+	if !ok {
+		return apiError(c, http.StatusBadRequest, "Invalid channel name")
+	}
+	if !channels.KindOf(name).IsPresence() {
+		return apiError(c, http.StatusBadRequest, "users are only available for presence channels")
+	}
+	ms, err := s.reg.Presence().Members(c.Request().Context(), app.cfg.ID, name)
+	if err != nil {
+		return apiError(c, http.StatusServiceUnavailable, "Presence is unavailable")
+	}
+	users := make([]map[string]string, len(ms))
+	for i, m := range ms {
+		users[i] = map[string]string{"id": m.UserID}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"users": users})
+}
+
+func (s *Server) handleTerminate(c echo.Context) error {
+	app := appOf(c)
+	user, err := url.PathUnescape(c.Param("user_id"))
+	if err != nil || user == "" {
+		return apiError(c, http.StatusBadRequest, "Invalid user id")
+	}
+	for _, conn := range s.sockets.userConns(app.cfg.ID, user) {
+		conn.closeWith(CloseTerminated)
+	}
+	return c.JSON(http.StatusOK, struct{}{})
+}
+
+func (s *Server) handleConnections(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]int{"connections": s.ConnectionCount(appOf(c).cfg.ID)})
+}

@@ -1,0 +1,256 @@
+package pusher
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/reverbgo/reverbgo/channels"
+)
+
+// DefaultMaxQueueBytes bounds what may wait for one slow client before it is cut off.
+const DefaultMaxQueueBytes = 1 << 20
+
+// writeTimeout bounds one batched write; a peer that does not drain its socket for this
+// long is treated as gone.
+const writeTimeout = 10 * time.Second
+
+// closeGrace is how long a closing connection waits for the peer's close frame.
+const closeGrace = 2 * time.Second
+
+// subscription is a channel this socket is in; userID is set for presence channels.
+type subscription struct {
+	userID string
+}
+
+// Conn is one client socket. Its reader goroutine owns the protocol state; other goroutines
+// only call Send and closeWith. Writes bypass gorilla's writer: frames are built once per
+// broadcast and several queued frames leave in one writev, so the hot path costs one
+// syscall per batch and no allocation per delivery.
+type Conn struct {
+	srv      *Server
+	app      *appState
+	ws       *websocket.Conn
+	netConn  net.Conn
+	socketID string
+
+	mu          sync.Mutex
+	queue       net.Buffers
+	spare       net.Buffers
+	queuedBytes int
+	maxBytes    int
+	writing     bool
+	paused      bool
+	closing     bool
+	closed      bool
+	reason      CloseReason
+	flushed     chan struct{} // closed once the socket is finished (close frame sent or aborted)
+
+	lastActivity atomic.Int64 // unix nanoseconds of the last frame read
+	pingSentAt   atomic.Int64 // unix nanoseconds of an unanswered server ping, 0 if none
+	controlPings atomic.Bool  // client used control-frame pings: answer in kind
+
+	subsMu sync.RWMutex // guards subs and userID for readers outside the read loop
+	subs   map[string]subscription
+	userID string // signed-in user ("" when not signed in)
+
+	rateWindow int64 // unix second of the client-event window (reader goroutine only)
+	rateCount  int
+}
+
+// SocketID implements channels.Subscriber.
+func (c *Conn) SocketID() string { return c.socketID }
+
+var _ channels.Subscriber = (*Conn)(nil)
+
+// Send queues a frame without blocking. A client whose queue would pass maxBytes is
+// disconnected instead: one slow reader never slows a broadcast.
+func (c *Conn) Send(frame []byte) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	if c.queuedBytes+len(frame) > c.maxBytes {
+		c.mu.Unlock()
+		c.closeWith(CloseSlowConsumer)
+		return
+	}
+	c.queue = append(c.queue, frame)
+	c.queuedBytes += len(frame)
+	start := !c.writing && !c.paused
+	if start {
+		c.writing = true
+	}
+	c.mu.Unlock()
+	if start {
+		go c.writeLoop()
+	}
+}
+
+// sendDirect queues a frame for this socket alone (replies to its own requests).
+func (c *Conn) sendDirect(frame []byte) { c.Send(frame) }
+
+// pauseWrites holds the writer and returns the queue position where frames queued from now
+// on begin; resumeWrites inserts frames there. Subscribing uses it so that
+// subscription_succeeded precedes any event published on the channel after the subscribe.
+func (c *Conn) pauseWrites() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.paused = true
+	return len(c.queue)
+}
+
+func (c *Conn) resumeWrites(at int, frames ...[]byte) {
+	c.mu.Lock()
+	c.paused = false
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	if at > len(c.queue) {
+		at = len(c.queue)
+	}
+	if len(frames) > 0 {
+		tail := append(net.Buffers(nil), c.queue[at:]...)
+		c.queue = append(append(c.queue[:at], frames...), tail...)
+		for _, f := range frames {
+			c.queuedBytes += len(f)
+		}
+	}
+	start := !c.writing && len(c.queue) > 0
+	if start {
+		c.writing = true
+	}
+	c.mu.Unlock()
+	if start {
+		go c.writeLoop()
+	}
+}
+
+// writeLoop runs only while something is queued, so an idle connection has no writer
+// goroutine. Each pass takes the whole queue and writes it with one writev.
+func (c *Conn) writeLoop() {
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 || c.paused {
+			c.writing = false
+			finish := c.closing && !c.closed && len(c.queue) == 0
+			if finish {
+				c.closed = true
+			}
+			c.mu.Unlock()
+			if finish {
+				c.finishClose()
+			}
+			return
+		}
+		batch := c.queue
+		c.queue, c.spare = c.spare[:0], nil
+		c.queuedBytes = 0
+		c.mu.Unlock()
+
+		orig := batch // WriteTo consumes batch; orig keeps the backing array for reuse
+		_ = c.netConn.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := batch.WriteTo(c.netConn)
+		clear(orig) // drop references so shared frames can be freed
+		c.mu.Lock()
+		if cap(orig) <= 1024 {
+			c.spare = orig[:0]
+		}
+		c.mu.Unlock()
+		if err != nil {
+			c.abort(CloseWriteError)
+			return
+		}
+	}
+}
+
+// closeWith ends the connection for reason: a pusher:error (for 4xxx codes) and a close
+// frame go out after what is already queued, then the socket is shut. Safe from any
+// goroutine and idempotent.
+func (c *Conn) closeWith(reason CloseReason) {
+	if reason == CloseSlowConsumer || reason == CloseWriteError {
+		c.abort(reason)
+		return
+	}
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	c.reason = reason
+	if reason.sendsPusherError() {
+		f := errorFrame(reason.Code(), reason.Message())
+		c.queue = append(c.queue, f)
+	}
+	c.queue = append(c.queue, closeFrame(reason.Code(), reason.Message()))
+	c.paused = false
+	start := !c.writing
+	if start {
+		c.writing = true
+	}
+	c.mu.Unlock()
+	if start {
+		go c.writeLoop()
+	}
+}
+
+// abort drops the socket at once without a close handshake (slow or broken peer).
+func (c *Conn) abort(reason CloseReason) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if !c.closing {
+		c.reason = reason
+	}
+	c.closing = true
+	c.closed = true
+	for i := range c.queue {
+		c.queue[i] = nil
+	}
+	c.queue = nil
+	c.queuedBytes = 0
+	c.mu.Unlock()
+	_ = c.netConn.Close()
+	close(c.flushed)
+}
+
+// finishClose half-closes after the close frame so the peer reads everything, and lets
+// the reader end on the peer's reply or after closeGrace.
+func (c *Conn) finishClose() {
+	defer close(c.flushed)
+	if tc, ok := c.netConn.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+		_ = c.netConn.SetReadDeadline(time.Now().Add(closeGrace))
+		return
+	}
+	_ = c.netConn.Close()
+}
+
+// closeReason reports why the connection ended (CloseClientGone if the peer left first).
+func (c *Conn) closeReason() CloseReason {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reason == CloseNone {
+		return CloseClientGone
+	}
+	return c.reason
+}
+
+// Channels returns the names of the channels this socket is subscribed to.
+func (c *Conn) Channels() []string {
+	c.subsMu.RLock()
+	defer c.subsMu.RUnlock()
+	out := make([]string, 0, len(c.subs))
+	for name := range c.subs {
+		out = append(out, name)
+	}
+	return out
+}

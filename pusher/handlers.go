@@ -1,0 +1,370 @@
+package pusher
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/channels"
+)
+
+// Presence limits (Pusher's).
+const (
+	maxUserIDLength = 128
+	maxUserInfoSize = 1024
+)
+
+// handle dispatches one client frame. Bad input gets a pusher:error; the socket stays open.
+func (c *Conn) handle(raw []byte) {
+	m, err := DecodeClientMessage(raw)
+	if err != nil {
+		c.sendError(codeInvalidMessage, "Invalid message format")
+		return
+	}
+	switch m.Event {
+	case "pusher:ping":
+		c.Send(pongFrame)
+	case "pusher:pong":
+		// activity was recorded by the read loop
+	case "pusher:subscribe":
+		c.subscribe(m.Data)
+	case "pusher:unsubscribe":
+		d, err := DecodeSubscribe(m.Data)
+		if err != nil {
+			c.sendError(codeInvalidMessage, "Invalid message format")
+			return
+		}
+		c.unsubscribe(d.Channel)
+	case "pusher:signin":
+		c.signin(m.Data)
+	default:
+		if strings.HasPrefix(m.Event, "client-") {
+			c.clientEvent(m)
+			return
+		}
+		if strings.HasPrefix(m.Event, "pusher:") || strings.HasPrefix(m.Event, "pusher_internal:") {
+			c.sendError(codeInvalidMessage, "Invalid message format")
+			return
+		}
+		c.sendError(codeInvalidMessage, "Client events must be prefixed by 'client-'")
+	}
+}
+
+var pongFrame = eventFrameNoData("pusher:pong", "")
+
+func (c *Conn) sendError(code int, message string) {
+	c.Send(errorFrame(code, message))
+}
+
+// presenceData is the channel_data of a presence subscription.
+type presenceData struct {
+	UserID   json.RawMessage `json:"user_id"`
+	UserInfo json.RawMessage `json:"user_info"`
+}
+
+// userIDString accepts a JSON string or number, as Laravel sends either.
+func userIDString(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 {
+		return "", false
+	}
+	var s string
+	if raw[0] == '"' {
+		if json.Unmarshal(raw, &s) != nil {
+			return "", false
+		}
+	} else {
+		var n json.Number
+		if json.Unmarshal(raw, &n) != nil {
+			return "", false
+		}
+		s = n.String()
+	}
+	return s, s != "" && len(s) <= maxUserIDLength
+}
+
+func (c *Conn) subscribe(data json.RawMessage) {
+	d, err := DecodeSubscribe(data)
+	if err != nil {
+		c.sendError(codeInvalidMessage, "Invalid message format")
+		return
+	}
+	name := d.Channel
+	if !channels.ValidName(name) {
+		c.sendError(codeUnauthorized, "Invalid channel name")
+		return
+	}
+	cfg := c.app.cfg
+	kind := channels.KindOf(name)
+	var member channels.Member
+	switch {
+	case kind == channels.ServerToUser:
+		c.subsMu.RLock()
+		user := c.userID
+		c.subsMu.RUnlock()
+		if user == "" || name != channels.ServerToUserPrefix+user {
+			c.sendError(codeUnauthorized, "Connection is unauthorized")
+			return
+		}
+	case kind.NeedsAuth():
+		channelData := ""
+		if kind.IsPresence() {
+			channelData = d.ChannelData
+		}
+		if !auth.VerifyChannel(cfg.Key, cfg.Secret, c.socketID, name, channelData, d.Auth) {
+			c.sendError(codeUnauthorized, "Connection is unauthorized")
+			return
+		}
+		if kind.IsPresence() {
+			var pd presenceData
+			if json.Unmarshal([]byte(d.ChannelData), &pd) != nil {
+				c.sendError(codeUnauthorized, "Invalid presence channel_data")
+				return
+			}
+			uid, ok := userIDString(pd.UserID)
+			if !ok || len(pd.UserInfo) > maxUserInfoSize {
+				c.sendError(codeUnauthorized, "Invalid presence user_id or user_info")
+				return
+			}
+			if len(pd.UserInfo) == 0 || string(pd.UserInfo) == "null" {
+				pd.UserInfo = json.RawMessage("{}")
+			}
+			member = channels.Member{UserID: uid, Info: pd.UserInfo}
+		}
+	}
+	if kind.IsPresence() {
+		c.subscribePresence(name, member)
+		return
+	}
+	at := c.pauseWrites()
+	count, _ := c.srv.reg.Subscribe(cfg.ID, name, c)
+	c.addSub(name, subscription{})
+	frames := [][]byte{subscribedFrame(name, "{}")}
+	if kind.IsCache() {
+		frames = append(frames, c.cacheReplay(name))
+	}
+	c.resumeWrites(at, frames...)
+	if count == 1 {
+		c.srv.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
+	}
+}
+
+func (c *Conn) subscribePresence(name string, m channels.Member) {
+	s := c.srv
+	cfg := c.app.cfg
+	ctx := context.Background()
+	members, err := s.reg.Presence().Members(ctx, cfg.ID, name)
+	if err != nil {
+		c.sendError(codeOverCapacity, "Presence is unavailable, try again")
+		return
+	}
+	if cfg.MaxPresenceMembers > 0 && len(members) >= cfg.MaxPresenceMembers && !hasMember(members, m.UserID) {
+		c.sendError(codeOverCapacity, "Presence channel is over capacity")
+		return
+	}
+	first, err := s.reg.Presence().Join(ctx, cfg.ID, name, c.socketID, m)
+	if err != nil {
+		c.sendError(codeOverCapacity, "Presence is unavailable, try again")
+		return
+	}
+	if members, err = s.reg.Presence().Members(ctx, cfg.ID, name); err != nil {
+		members = []channels.Member{m}
+	}
+	at := c.pauseWrites()
+	count, _ := s.reg.Subscribe(cfg.ID, name, c)
+	c.addSub(name, subscription{userID: m.UserID})
+	s.sockets.bindUser(cfg.ID, m.UserID, c)
+	frames := [][]byte{subscribedFrame(name, presencePayload(members))}
+	if channels.KindOf(name).IsCache() {
+		frames = append(frames, c.cacheReplay(name))
+	}
+	c.resumeWrites(at, frames...)
+	if count == 1 {
+		s.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
+	}
+	if first {
+		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
+		_ = s.publish(ctx, cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
+		s.emit(cfg.ID, map[string]any{"name": "member_added", "channel": name, "user_id": m.UserID})
+	}
+}
+
+func hasMember(ms []channels.Member, id string) bool {
+	for _, m := range ms {
+		if m.UserID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// presencePayload encodes {"presence":{"count","ids","hash"}} with hash always an object.
+func presencePayload(ms []channels.Member) string {
+	b := []byte(`{"presence":{"count":`)
+	b = strconv.AppendInt(b, int64(len(ms)), 10)
+	b = append(b, `,"ids":[`...)
+	for i, m := range ms {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, m.UserID)
+	}
+	b = append(b, `],"hash":{`...)
+	for i, m := range ms {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, m.UserID)
+		b = append(b, ':')
+		b = append(b, m.Info...)
+	}
+	return string(append(b, "}}}"...))
+}
+
+func subscribedFrame(name, data string) []byte {
+	return EventFrame("pusher_internal:subscription_succeeded", name, data)
+}
+
+func (c *Conn) cacheReplay(name string) []byte {
+	if f, ok := c.srv.reg.CachedFrame(c.app.cfg.ID, name); ok {
+		return f
+	}
+	c.srv.emit(c.app.cfg.ID, map[string]any{"name": "cache_miss", "channel": name})
+	return eventFrameNoData("pusher:cache_miss", name)
+}
+
+func (c *Conn) addSub(name string, sub subscription) {
+	c.subsMu.Lock()
+	if c.subs == nil {
+		c.subs = make(map[string]subscription, 1)
+	}
+	c.subs[name] = sub
+	c.subsMu.Unlock()
+}
+
+func (c *Conn) unsubscribe(name string) {
+	c.subsMu.Lock()
+	sub, ok := c.subs[name]
+	delete(c.subs, name)
+	c.subsMu.Unlock()
+	if ok {
+		c.leave(name, sub)
+	}
+}
+
+// leave removes the socket from a channel, announcing member_removed on a user's last
+// socket and channel_vacated on the channel's last one.
+func (c *Conn) leave(name string, sub subscription) {
+	s := c.srv
+	appID := c.app.cfg.ID
+	remaining, _ := s.reg.Unsubscribe(appID, name, c.socketID)
+	if sub.userID != "" {
+		ctx := context.Background()
+		last, err := s.reg.Presence().Leave(ctx, appID, name, c.socketID, sub.userID)
+		if err == nil && last {
+			removed := `{"user_id":` + string(appendJSONString(nil, sub.userID)) + `}`
+			_ = s.publish(ctx, appID, name, "pusher_internal:member_removed", removed, c.socketID)
+			s.emit(appID, map[string]any{"name": "member_removed", "channel": name, "user_id": sub.userID})
+		}
+	}
+	if remaining == 0 {
+		s.emit(appID, map[string]any{"name": "channel_vacated", "channel": name})
+	}
+}
+
+func (c *Conn) subscribed(name string) (subscription, bool) {
+	c.subsMu.RLock()
+	defer c.subsMu.RUnlock()
+	sub, ok := c.subs[name]
+	return sub, ok
+}
+
+// clientEvent relays a client- event to the channel's other subscribers.
+func (c *Conn) clientEvent(m ClientMessage) {
+	cfg := c.app.cfg
+	if cfg.AcceptClientEventsFrom == "none" {
+		c.sendError(codeClientEventsOff, "The app does not have client messaging enabled.")
+		return
+	}
+	kind := channels.KindOf(m.Channel)
+	if m.Channel == "" || !channels.ValidName(m.Channel) {
+		c.sendError(codeInvalidMessage, "Client event needs a valid channel")
+		return
+	}
+	if !kind.AllowsClientEvents() && !(cfg.AcceptClientEventsFrom == "all" && kind == channels.Public) {
+		c.sendError(codeClientEventsOff, "Client events are not allowed on this channel")
+		return
+	}
+	sub, member := c.subscribed(m.Channel)
+	if !member && cfg.AcceptClientEventsFrom != "all" {
+		c.sendError(codeClientEventsOff, "Client event rejected: not subscribed to the channel")
+		return
+	}
+	if limit := cfg.ClientEventsPerSecond(); limit > 0 {
+		sec := c.srv.now().Unix()
+		if sec != c.rateWindow {
+			c.rateWindow, c.rateCount = sec, 0
+		}
+		c.rateCount++
+		if c.rateCount > limit {
+			c.sendError(codeClientEventsOff, "Client event rate limit exceeded")
+			return
+		}
+	}
+	data := clientEventData(m.Data)
+	payload := AppendEvent(make([]byte, 0, len(m.Event)+len(m.Channel)+len(data)+64), m.Event, m.Channel, data, sub.userID, true)
+	frame := TextFrame(payload)
+	_ = c.srv.reg.Publish(context.Background(), channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
+	ev := map[string]any{"name": "client_event", "channel": m.Channel, "event": m.Event, "data": data, "socket_id": c.socketID}
+	if sub.userID != "" {
+		ev["user_id"] = sub.userID
+	}
+	c.srv.emit(cfg.ID, ev)
+}
+
+// signin handles pusher:signin (user authentication).
+func (c *Conn) signin(data json.RawMessage) {
+	cfg := c.app.cfg
+	if !cfg.UserAuthentication() {
+		c.sendError(codeUnauthorized, "User authentication is disabled for this app")
+		return
+	}
+	d, err := DecodeSignin(data)
+	if err != nil {
+		c.sendError(codeInvalidMessage, "Invalid message format")
+		return
+	}
+	if !auth.VerifySignin(cfg.Key, cfg.Secret, c.socketID, d.UserData, d.Auth) {
+		c.sendError(codeUnauthorized, "Invalid signin signature")
+		return
+	}
+	var ud struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal([]byte(d.UserData), &ud) != nil {
+		c.sendError(codeUnauthorized, "Invalid user_data")
+		return
+	}
+	id, ok := userIDString(ud.ID)
+	if !ok {
+		c.sendError(codeUnauthorized, "user_data needs an id")
+		return
+	}
+	c.subsMu.Lock()
+	prev := c.userID
+	c.userID = id
+	c.subsMu.Unlock()
+	if prev != "" && prev != id {
+		c.srv.sockets.unbindUser(cfg.ID, prev, c)
+	}
+	c.srv.sockets.bindUser(cfg.ID, id, c)
+	c.Send(EventFrame("pusher:signin_success", "", `{"user_data":`+string(appendJSONString(nil, d.UserData))+`}`))
+}
+
+// emit hands a webhook event to the dispatcher, if any; it never blocks.
+func (s *Server) emit(appID string, ev map[string]any) {
+	if s.hooks != nil {
+		s.hooks.Emit(appID, ev)
+	}
+}

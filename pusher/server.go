@@ -1,0 +1,161 @@
+// Package pusher speaks the Pusher Channels wire protocol: the WebSocket endpoint and its
+// per-connection read and write loops, the event encoding, and the signed HTTP API.
+package pusher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/config"
+)
+
+// appState is an app's configuration plus its live counters.
+type appState struct {
+	cfg   *config.App
+	conns atomic.Int64
+}
+
+// Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
+type Emitter interface {
+	Emit(appID string, event map[string]any)
+}
+
+// Options configures a Server.
+type Options struct {
+	Config        *config.Config
+	Registry      *channels.Registry
+	Logger        *slog.Logger
+	Webhooks      Emitter // nil = no webhooks
+	MaxQueueBytes int     // per-connection outbound limit (default DefaultMaxQueueBytes)
+	Now           func() time.Time
+}
+
+// Server holds every app's sockets and channels on this node.
+type Server struct {
+	cfg      *config.Config
+	appsByID map[string]*appState
+	appsKey  map[string]*appState
+	reg      *channels.Registry
+	sockets  *socketTable
+	log      *slog.Logger
+	hooks    Emitter
+	maxQueue int
+	now      func() time.Time
+	upgrader websocket.Upgrader
+
+	draining atomic.Bool
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	active   sync.WaitGroup // live connections, for shutdown
+}
+
+// NewServer builds a server over a validated config.
+func NewServer(opts Options) *Server {
+	s := &Server{
+		cfg:      opts.Config,
+		appsByID: make(map[string]*appState),
+		appsKey:  make(map[string]*appState),
+		reg:      opts.Registry,
+		sockets:  newSocketTable(),
+		log:      opts.Logger,
+		hooks:    opts.Webhooks,
+		maxQueue: opts.MaxQueueBytes,
+		now:      opts.Now,
+		stop:     make(chan struct{}),
+	}
+	if s.reg == nil {
+		s.reg = channels.NewRegistry(channels.Options{})
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxQueue <= 0 {
+		s.maxQueue = DefaultMaxQueueBytes
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for i := range s.cfg.Apps {
+		a := &appState{cfg: &s.cfg.Apps[i]}
+		s.appsByID[a.cfg.ID] = a
+		s.appsKey[a.cfg.Key] = a
+	}
+	s.upgrader = websocket.Upgrader{
+		ReadBufferSize:  512,
+		WriteBufferPool: &sync.Pool{},
+		CheckOrigin:     func(*http.Request) bool { return true }, // checked per app after upgrade (4009)
+	}
+	s.wg.Add(1)
+	go s.sweepLoop()
+	return s
+}
+
+// Registry exposes the channel registry (for the bridge's publisher).
+func (s *Server) Registry() *channels.Registry { return s.reg }
+
+// newSocketID returns "<a>.<b>" with both parts random: a socket id is a capability in the
+// Toolmark bridge, so it must not be guessable.
+func newSocketID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("pusher: crypto/rand failed: " + err.Error())
+	}
+	a := binary.LittleEndian.Uint64(b[:8]) % 1_000_000_000_000
+	c := binary.LittleEndian.Uint64(b[8:]) % 1_000_000_000_000
+	return strconv.FormatUint(a, 10) + "." + strconv.FormatUint(c, 10)
+}
+
+// ConnectionCount is the number of open sockets of an app on this node.
+func (s *Server) ConnectionCount(appID string) int {
+	if a := s.appsByID[appID]; a != nil {
+		return int(a.conns.Load())
+	}
+	return 0
+}
+
+// Channels implements the bridge's socket lookup: the app and channels of a live socket.
+func (s *Server) Channels(socketID string) (appID string, chans []string, ok bool) {
+	c := s.sockets.get(socketID)
+	if c == nil {
+		return "", nil, false
+	}
+	return c.app.cfg.ID, c.Channels(), true
+}
+
+// Publish encodes an event once and hands it to the broker for every node.
+func (s *Server) Publish(appID, channel, event string, data []byte) error {
+	return s.publish(context.Background(), appID, channel, event, string(data), "")
+}
+
+func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
+	frame := EventFrame(event, channel, data)
+	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except})
+}
+
+// Shutdown tells every client to reconnect (4200) and waits until their sockets are closed
+// or ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.sockets.each(func(c *Conn) { c.closeWith(CloseServerShutdown) })
+	done := make(chan struct{})
+	go func() { s.active.Wait(); s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.sockets.each(func(c *Conn) { c.abort(CloseServerShutdown) })
+		return ctx.Err()
+	}
+}

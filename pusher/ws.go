@@ -1,0 +1,225 @@
+package pusher
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// ServeWS handles GET {path}/app/{key}. Refusals (unknown app, origin, quota) are sent after
+// the upgrade as pusher:error plus a close frame with the same code, as Pusher does, so
+// pusher-js sees the code and knows whether to reconnect.
+func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) {
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader already answered with an HTTP error
+	}
+	app := s.appsKey[appKey]
+	refuse := func(reason CloseReason) {
+		nc := ws.NetConn()
+		frames := net.Buffers{errorFrame(reason.Code(), reason.Message()), closeFrame(reason.Code(), reason.Message())}
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = frames.WriteTo(nc)
+		if tc, ok := nc.(interface{ CloseWrite() error }); ok {
+			_ = tc.CloseWrite()
+			_ = nc.SetReadDeadline(time.Now().Add(closeGrace))
+			_, _, _ = ws.ReadMessage()
+		}
+		_ = nc.Close()
+		s.log.Debug("connection refused", "reason", reason.String(), "code", reason.Code())
+	}
+	switch {
+	case s.draining.Load():
+		refuse(CloseServerShutdown)
+		return
+	case app == nil:
+		refuse(CloseAppNotFound)
+		return
+	case !app.cfg.IsEnabled():
+		refuse(CloseAppDisabled)
+		return
+	case !originAllowed(r.Header.Get("Origin"), app.cfg.AllowedOrigins):
+		refuse(CloseOriginNotAllowed)
+		return
+	case !protocolSupported(r.URL.Query()):
+		refuse(CloseUnsupportedProtocol)
+		return
+	}
+	if max := app.cfg.MaxConnections; max > 0 && app.conns.Add(1) > int64(max) {
+		app.conns.Add(-1)
+		refuse(CloseOverQuota)
+		return
+	} else if max <= 0 {
+		app.conns.Add(1)
+	}
+
+	c := &Conn{srv: s, app: app, ws: ws, netConn: ws.NetConn(), maxBytes: s.maxQueue, flushed: make(chan struct{})}
+	for {
+		c.socketID = newSocketID()
+		if s.sockets.add(c) {
+			break
+		}
+	}
+	s.active.Add(1)
+	defer s.active.Done()
+	c.lastActivity.Store(s.now().UnixNano())
+	c.readLoop()
+}
+
+// readLoop runs on the upgrading goroutine for the connection's whole life.
+func (c *Conn) readLoop() {
+	defer c.cleanup()
+	cfg := c.app.cfg
+	c.ws.SetReadLimit(int64(cfg.MaxMessageSize))
+	c.ws.SetPingHandler(func(data string) error {
+		c.controlPings.Store(true)
+		c.touch()
+		c.Send(AppendFrame(nil, opPong, []byte(data)))
+		return nil
+	})
+	c.ws.SetPongHandler(func(string) error { c.touch(); return nil })
+	c.ws.SetCloseHandler(func(code int, _ string) error {
+		c.mu.Lock()
+		replied := c.closing
+		c.mu.Unlock()
+		if !replied {
+			c.closeWith(CloseClientGone)
+		}
+		return nil
+	})
+	established := `{"socket_id":"` + c.socketID + `","activity_timeout":` + strconv.Itoa(cfg.ActivityTimeout) + `}`
+	c.Send(EventFrame("pusher:connection_established", "", established))
+
+	for {
+		_, msg, err := c.ws.ReadMessage()
+		if err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				c.mu.Lock()
+				if c.reason == CloseNone {
+					c.reason = CloseMessageTooBig
+				}
+				c.mu.Unlock()
+			}
+			return
+		}
+		c.touch()
+		c.handle(msg)
+	}
+}
+
+func (c *Conn) touch() {
+	c.lastActivity.Store(c.srv.now().UnixNano())
+	c.pingSentAt.Store(0)
+}
+
+// cleanup leaves every channel and forgets the socket once the reader has ended.
+func (c *Conn) cleanup() {
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if closing { // let the close frame already queued reach the peer
+		select {
+		case <-c.flushed:
+		case <-time.After(closeGrace):
+		}
+	}
+	c.abort(CloseClientGone)
+	_ = c.netConn.Close() // abort is a no-op after a graceful close that only half-closed
+	s := c.srv
+	s.sockets.remove(c)
+	c.subsMu.Lock()
+	subs := c.subs
+	c.subs = nil
+	user := c.userID
+	c.subsMu.Unlock()
+	for name, sub := range subs {
+		c.leave(name, sub)
+		if sub.userID != "" {
+			s.sockets.unbindUser(c.app.cfg.ID, sub.userID, c)
+		}
+	}
+	if user != "" {
+		s.sockets.unbindUser(c.app.cfg.ID, user, c)
+	}
+	c.app.conns.Add(-1)
+	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
+}
+
+// originAllowed matches the Origin's host against host globs; "*" allows all, and a
+// request without Origin (a server-side client) is allowed.
+func originAllowed(origin string, allowed []string) bool {
+	if origin == "" || len(allowed) == 0 {
+		return true
+	}
+	host := origin
+	if u, err := url.Parse(origin); err == nil && u.Host != "" {
+		host = u.Hostname()
+	}
+	for _, pattern := range allowed {
+		if pattern == "*" {
+			return true
+		}
+		p := pattern
+		if u, err := url.Parse(pattern); err == nil && u.Host != "" {
+			p = u.Hostname()
+		}
+		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(host)); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// protocolSupported accepts a missing protocol and any version from 5 up.
+func protocolSupported(q url.Values) bool {
+	v := q.Get("protocol")
+	if v == "" {
+		return true
+	}
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= 5
+}
+
+// sweepLoop pings idle connections and drops those that never answer, once a second.
+func (s *Server) sweepLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			now := s.now().UnixNano()
+			s.sockets.each(func(c *Conn) { c.checkActivity(now) })
+		}
+	}
+}
+
+var pingFrame = EventFrame("pusher:ping", "", "{}")
+
+func (c *Conn) checkActivity(now int64) {
+	cfg := c.app.cfg
+	if sent := c.pingSentAt.Load(); sent != 0 {
+		if time.Duration(now-sent) >= time.Duration(cfg.ActivityTimeout)*time.Second {
+			c.closeWith(ClosePongTimeout)
+		}
+		return
+	}
+	if time.Duration(now-c.lastActivity.Load()) < time.Duration(cfg.PingInterval)*time.Second {
+		return
+	}
+	c.pingSentAt.Store(now)
+	if c.controlPings.Load() {
+		c.Send(AppendFrame(nil, opPing, nil))
+		return
+	}
+	c.Send(pingFrame)
+}
