@@ -8,6 +8,11 @@ type Config struct {
 	Server  Server  `mapstructure:"server"`
 	Apps    []App   `mapstructure:"apps"`
 	Scaling Scaling `mapstructure:"scaling"`
+
+	// byID and byKey index Apps for AppByID and AppByKey. Validate builds them, so they point
+	// into Apps: the Config is read-only once Load (or Validate) has returned.
+	byID  map[string]*App
+	byKey map[string]*App
 }
 
 // Server is the listening socket and the HTTP limits shared by every app.
@@ -102,7 +107,37 @@ func (a *App) UserAuthentication() bool {
 // ClientEventsPerSecond is the effective per-connection client event limit (0 = unlimited).
 func (a *App) ClientEventsPerSecond() int {
 	if a.ClientEventRateLimit == nil {
-		return 10
+		return DefaultClientEventRateLimit
 	}
 	return *a.ClientEventRateLimit
+}
+
+// AppByID returns the app whose app_id is id, or nil. The HTTP API routes by app id
+// (/apps/{id}/...), so this is an O(1) map lookup after Validate; before Validate it falls back
+// to a scan so hand-built Configs in tests still work. Read-only: safe for concurrent use as
+// long as nobody modifies the Config after Load.
+func (c *Config) AppByID(id string) *App {
+	if c.byID != nil {
+		return c.byID[id]
+	}
+	for i := range c.Apps {
+		if c.Apps[i].ID == id {
+			return &c.Apps[i]
+		}
+	}
+	return nil
+}
+
+// AppByKey returns the app whose key is key, or nil. WebSocket clients connect by key
+// (/app/{key}); like AppByID it is an O(1) lookup after Validate and read-only after Load.
+func (c *Config) AppByKey(key string) *App {
+	if c.byKey != nil {
+		return c.byKey[key]
+	}
+	for i := range c.Apps {
+		if c.Apps[i].Key == key {
+			return &c.Apps[i]
+		}
+	}
+	return nil
 }

@@ -1,0 +1,92 @@
+package config
+
+import "strings"
+
+// Defaults, matching Laravel Reverb's config/reverb.php and Pusher's limits so that a config
+// written for Reverb behaves the same here.
+const (
+	DefaultHost                 = "0.0.0.0"
+	DefaultPort                 = 8080
+	DefaultMaxRequestSize       = 10000
+	DefaultShutdownTimeout      = 10
+	DefaultPingInterval         = 60
+	DefaultActivityTimeout      = 30
+	DefaultMaxMessageSize       = 10000
+	DefaultClientEventRateLimit = 10
+	DefaultMaxPresenceMembers   = 100
+	DefaultMaxBatchSize         = 10
+	DefaultCallTimeoutMS        = 30000
+	DefaultMaxTimeoutMS         = 600000
+	DefaultScalingChannel       = "reverb"
+)
+
+// ApplyDefaults fills every field left at its zero value with its default and normalises
+// server.path. A zero number therefore means "default", except max_connections where 0 means
+// unlimited, and client_event_rate_limit, a pointer, where only an absent value takes the
+// default and an explicit 0 means unlimited. An empty allowed_origins list also means ["*"]:
+// list the origins to restrict them. ApplyDefaults is idempotent.
+func (c *Config) ApplyDefaults() {
+	s := &c.Server
+	if s.Host == "" {
+		s.Host = DefaultHost
+	}
+	if s.Port == 0 {
+		s.Port = DefaultPort
+	}
+	s.Path = normalizePath(s.Path)
+	if s.MaxRequestSize == 0 {
+		s.MaxRequestSize = DefaultMaxRequestSize
+	}
+	if s.ShutdownTimeoutSeconds == 0 {
+		s.ShutdownTimeoutSeconds = DefaultShutdownTimeout
+	}
+	if c.Scaling.Channel == "" {
+		c.Scaling.Channel = DefaultScalingChannel
+	}
+	for i := range c.Apps {
+		c.Apps[i].applyDefaults()
+	}
+}
+
+func (a *App) applyDefaults() {
+	if a.Enabled == nil {
+		a.Enabled = ptr(true)
+	}
+	if len(a.AllowedOrigins) == 0 {
+		a.AllowedOrigins = []string{"*"}
+	}
+	setInt(&a.PingInterval, DefaultPingInterval)
+	setInt(&a.ActivityTimeout, DefaultActivityTimeout)
+	setInt(&a.MaxMessageSize, DefaultMaxMessageSize)
+	setInt(&a.MaxPresenceMembers, DefaultMaxPresenceMembers)
+	setInt(&a.MaxBatchSize, DefaultMaxBatchSize)
+	setInt(&a.Toolmark.CallTimeoutMS, DefaultCallTimeoutMS)
+	setInt(&a.Toolmark.MaxTimeoutMS, DefaultMaxTimeoutMS)
+	if a.AcceptClientEventsFrom == "" {
+		a.AcceptClientEventsFrom = ClientEventsMembers
+	}
+	if a.EnableUserAuthentication == nil {
+		a.EnableUserAuthentication = ptr(true)
+	}
+	if a.ClientEventRateLimit == nil {
+		a.ClientEventRateLimit = ptr(DefaultClientEventRateLimit)
+	}
+}
+
+func setInt(p *int, def int) {
+	if *p == 0 {
+		*p = def
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// normalizePath turns a route prefix into "" or "/a/b": routers join it with "/app/{key}",
+// so a missing leading or a trailing slash would produce "a/app" or "//app".
+func normalizePath(p string) string {
+	p = strings.Trim(strings.TrimSpace(p), "/")
+	if p == "" {
+		return ""
+	}
+	return "/" + p
+}

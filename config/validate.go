@@ -1,0 +1,194 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// WebhookEventTypes are the names accepted in webhooks[].event_types: Pusher's webhook events
+// plus the Toolmark bridge's. A typo there would silently never deliver, so Validate refuses
+// names not in this list; add new event types here when the webhooks package learns them.
+var WebhookEventTypes = []string{
+	"channel_occupied",
+	"channel_vacated",
+	"member_added",
+	"member_removed",
+	"client_event",
+	"cache_miss",
+	"subscription_count",
+	"toolmark_confirmed",
+}
+
+// FieldError is one invalid setting. Key is the setting's path as written in the YAML file
+// (e.g. "apps[1].accept_client_events_from") so the operator knows what to fix.
+type FieldError struct {
+	Key string
+	Msg string
+}
+
+func (e *FieldError) Error() string { return e.Key + ": " + e.Msg }
+
+// validator collects every problem instead of stopping at the first, so one start-up attempt
+// reports everything wrong with the file.
+type validator struct{ errs []error }
+
+func (v *validator) add(key, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) positive(key string, n int64) {
+	if n <= 0 {
+		v.add(key, "must be > 0, got %d", n)
+	}
+}
+
+func (v *validator) nonNegative(key string, n int64) {
+	if n < 0 {
+		v.add(key, "must be >= 0, got %d", n)
+	}
+}
+
+// Validate checks every setting and returns nil or the joined list of *FieldError, each
+// naming its key. It does not fill defaults (call ApplyDefaults first; Load does both), so a
+// zero that ApplyDefaults would have replaced is reported here. On success it also builds the
+// indexes behind AppByID and AppByKey; the Config must not be modified afterwards.
+func (c *Config) Validate() error {
+	v := &validator{}
+	c.validateServer(v)
+	c.validateScaling(v)
+
+	if len(c.Apps) == 0 {
+		v.add("apps", "at least one app is required (in the config file or via REVERB_APP_ID, REVERB_APP_KEY and REVERB_APP_SECRET)")
+	}
+	byID := make(map[string]*App, len(c.Apps))
+	byKey := make(map[string]*App, len(c.Apps))
+	firstID := make(map[string]int, len(c.Apps))
+	firstKey := make(map[string]int, len(c.Apps))
+	for i := range c.Apps {
+		a := &c.Apps[i]
+		p := fmt.Sprintf("apps[%d]", i)
+		a.validate(v, p)
+		if a.ID != "" {
+			if j, dup := firstID[a.ID]; dup {
+				v.add(p+".app_id", "duplicate of apps[%d].app_id %q", j, a.ID)
+			} else {
+				firstID[a.ID], byID[a.ID] = i, a
+			}
+		}
+		if a.Key != "" {
+			if j, dup := firstKey[a.Key]; dup {
+				v.add(p+".key", "duplicate of apps[%d].key", j)
+			} else {
+				firstKey[a.Key], byKey[a.Key] = i, a
+			}
+		}
+	}
+	if len(v.errs) > 0 {
+		return errors.Join(v.errs...)
+	}
+	c.byID, c.byKey = byID, byKey
+	return nil
+}
+
+func (c *Config) validateServer(v *validator) {
+	s := &c.Server
+	if s.Port < 1 || s.Port > 65535 {
+		v.add("server.port", "must be between 1 and 65535, got %d", s.Port)
+	}
+	if s.Path != "" && (s.Path != normalizePath(s.Path) || strings.ContainsAny(s.Path, "?#% \t")) {
+		v.add("server.path", "must be empty or like \"/prefix\" (leading slash, no trailing slash, no ?, #, %% or spaces), got %q", s.Path)
+	}
+	v.positive("server.max_request_size", s.MaxRequestSize)
+	v.nonNegative("server.shutdown_timeout", int64(s.ShutdownTimeoutSeconds))
+	switch {
+	case s.TLS.Cert != "" && s.TLS.Key == "":
+		v.add("server.tls.key", "must be set when server.tls.cert is set")
+	case s.TLS.Cert == "" && s.TLS.Key != "":
+		v.add("server.tls.cert", "must be set when server.tls.key is set")
+	}
+}
+
+func (c *Config) validateScaling(v *validator) {
+	sc := &c.Scaling
+	if sc.Enabled && sc.RedisURL == "" {
+		v.add("scaling.redis_url", "required when scaling.enabled is true (or set REDIS_URL or REDIS_HOST)")
+	}
+	if sc.RedisURL != "" {
+		u, err := url.Parse(sc.RedisURL)
+		switch {
+		case err != nil:
+			// url.Parse errors quote the URL, which may hold a password; keep it out of logs.
+			v.add("scaling.redis_url", "is not a valid URL")
+		case u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix":
+			v.add("scaling.redis_url", "scheme must be redis, rediss or unix, got %q", u.Scheme)
+		}
+	}
+	if sc.Enabled && sc.Channel == "" {
+		v.add("scaling.channel", "must not be empty when scaling is enabled")
+	}
+}
+
+func (a *App) validate(v *validator, p string) {
+	// app_id and key appear in URL paths (/apps/{id}, /app/{key}) and the key is the part of
+	// "key:signature" before the colon, so characters that would break either are refused.
+	checkToken(v, p+".app_id", a.ID, "/?#%")
+	checkToken(v, p+".key", a.Key, "/?#%:")
+	if a.Secret == "" {
+		v.add(p+".secret", "must not be empty")
+	}
+	for j, o := range a.AllowedOrigins {
+		if strings.TrimSpace(o) == "" {
+			v.add(fmt.Sprintf("%s.allowed_origins[%d]", p, j), "must not be empty")
+		}
+	}
+	v.positive(p+".ping_interval", int64(a.PingInterval))
+	v.positive(p+".activity_timeout", int64(a.ActivityTimeout))
+	v.nonNegative(p+".max_connections", int64(a.MaxConnections))
+	v.positive(p+".max_message_size", int64(a.MaxMessageSize))
+	switch a.AcceptClientEventsFrom {
+	case ClientEventsMembers, ClientEventsAll, ClientEventsNone:
+	default:
+		v.add(p+".accept_client_events_from", "must be one of members, all, none, got %q", a.AcceptClientEventsFrom)
+	}
+	if a.ClientEventRateLimit != nil {
+		v.nonNegative(p+".client_event_rate_limit", int64(*a.ClientEventRateLimit))
+	}
+	v.positive(p+".max_presence_members", int64(a.MaxPresenceMembers))
+	v.positive(p+".max_batch_size", int64(a.MaxBatchSize))
+
+	t := &a.Toolmark
+	v.positive(p+".toolmark.call_timeout_ms", int64(t.CallTimeoutMS))
+	v.positive(p+".toolmark.max_timeout_ms", int64(t.MaxTimeoutMS))
+	if t.CallTimeoutMS > t.MaxTimeoutMS && t.MaxTimeoutMS > 0 {
+		v.add(p+".toolmark.call_timeout_ms", "must not exceed toolmark.max_timeout_ms (%d), got %d", t.MaxTimeoutMS, t.CallTimeoutMS)
+	}
+
+	for j, w := range a.Webhooks {
+		wp := fmt.Sprintf("%s.webhooks[%d]", p, j)
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(wp+".url", "must be an absolute http(s) URL, got %q", w.URL)
+		}
+		for k, et := range w.EventTypes {
+			if !slices.Contains(WebhookEventTypes, et) {
+				v.add(fmt.Sprintf("%s.event_types[%d]", wp, k), "unknown event type %q (known: %s)", et, strings.Join(WebhookEventTypes, ", "))
+			}
+		}
+	}
+}
+
+// checkToken requires a non-empty printable ASCII string without spaces or any of forbidden.
+func checkToken(v *validator, key, s, forbidden string) {
+	if s == "" {
+		v.add(key, "must not be empty")
+		return
+	}
+	for _, r := range s {
+		if r <= ' ' || r > '~' || strings.ContainsRune(forbidden, r) {
+			v.add(key, "must be printable ASCII without spaces or any of %q, got %q", forbidden, s)
+			return
+		}
+	}
+}

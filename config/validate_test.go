@@ -1,0 +1,127 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestValidationErrors loads each bad file and checks the error names the key.
+func TestValidationErrors(t *testing.T) {
+	clearEnv(t)
+	app2 := "  - {app_id: '2', key: k2, secret: s2"
+	tests := []struct {
+		name string
+		yaml string
+		want string
+	}{
+		{"no apps", "server: {port: 8080}\n", "apps: at least one app is required"},
+		{"empty apps", "apps: []\n", "apps: at least one app is required"},
+		{"duplicate app id", minimal + "  - {app_id: '1', key: k2, secret: s2}\n", `apps[1].app_id: duplicate of apps[0].app_id "1"`},
+		{"duplicate key", minimal + "  - {app_id: '2', key: k1, secret: s2}\n", "apps[1].key: duplicate of apps[0].key"},
+		{"empty app_id", "apps: [{key: k, secret: s}]\n", "apps[0].app_id: must not be empty"},
+		{"empty key", "apps: [{app_id: a, secret: s}]\n", "apps[0].key: must not be empty"},
+		{"empty secret", "apps: [{app_id: a, key: k}]\n", "apps[0].secret: must not be empty"},
+		{"key with colon", "apps: [{app_id: a, key: 'k:1', secret: s}]\n", "apps[0].key: must be printable ASCII"},
+		{"app_id with slash", "apps: [{app_id: 'a/b', key: k, secret: s}]\n", "apps[0].app_id: must be printable ASCII"},
+		{"bad enum", minimal + app2 + ", accept_client_events_from: everyone}\n",
+			"apps[1].accept_client_events_from: must be one of members, all, none"},
+		{"enum is case-sensitive", minimal + "    accept_client_events_from: Members\n", "apps[0].accept_client_events_from"},
+		{"negative max_connections", minimal + "    max_connections: -1\n", "apps[0].max_connections: must be >= 0"},
+		{"negative max_message_size", minimal + "    max_message_size: -1\n", "apps[0].max_message_size: must be > 0"},
+		{"negative rate limit", minimal + "    client_event_rate_limit: -1\n", "apps[0].client_event_rate_limit: must be >= 0"},
+		{"negative presence members", minimal + "    max_presence_members: -5\n", "apps[0].max_presence_members: must be > 0"},
+		{"negative batch size", minimal + "    max_batch_size: -1\n", "apps[0].max_batch_size: must be > 0"},
+		{"negative request size", "server: {max_request_size: -1}\n" + minimal, "server.max_request_size: must be > 0"},
+		{"negative shutdown", "server: {shutdown_timeout: -1}\n" + minimal, "server.shutdown_timeout: must be >= 0"},
+		{"port too big", "server: {port: 65536}\n" + minimal, "server.port: must be between 1 and 65535"},
+		{"port negative", "server: {port: -1}\n" + minimal, "server.port: must be between 1 and 65535"},
+		{"activity_timeout negative", minimal + "    activity_timeout: -1\n", "apps[0].activity_timeout: must be > 0"},
+		{"ping_interval negative", minimal + "    ping_interval: -5\n", "apps[0].ping_interval: must be > 0"},
+		{"tls cert only", "server: {tls: {cert: c.pem}}\n" + minimal, "server.tls.key: must be set when server.tls.cert is set"},
+		{"tls key only", "server: {tls: {key: k.pem}}\n" + minimal, "server.tls.cert: must be set when server.tls.key is set"},
+		{"webhook ftp", minimal + "    webhooks: [{url: 'ftp://x/y'}]\n", "apps[0].webhooks[0].url: must be an absolute http(s) URL"},
+		{"webhook relative", minimal + "    webhooks: [{url: 'http://ok'}, {url: '/hook'}]\n", "apps[0].webhooks[1].url"},
+		{"webhook empty", minimal + "    webhooks: [{url: ''}]\n", "apps[0].webhooks[0].url"},
+		{"webhook event type", minimal + "    webhooks: [{url: 'https://x', event_types: [channel_ocupied]}]\n",
+			`apps[0].webhooks[0].event_types[0]: unknown event type "channel_ocupied"`},
+		{"toolmark call > max", minimal + "    toolmark: {call_timeout_ms: 700000}\n",
+			"apps[0].toolmark.call_timeout_ms: must not exceed toolmark.max_timeout_ms (600000)"},
+		{"toolmark both set", minimal + "    toolmark: {call_timeout_ms: 2000, max_timeout_ms: 1000}\n",
+			"apps[0].toolmark.call_timeout_ms: must not exceed"},
+		{"toolmark negative", minimal + "    toolmark: {max_timeout_ms: -1}\n", "apps[0].toolmark.max_timeout_ms: must be > 0"},
+		{"scaling without url", "scaling: {enabled: true}\n" + minimal, "scaling.redis_url: required when scaling.enabled is true"},
+		{"redis url scheme", "scaling: {redis_url: 'http://x'}\n" + minimal, `scaling.redis_url: scheme must be redis, rediss or unix, got "http"`},
+		{"empty origin", minimal + "    allowed_origins: ['*', '']\n", "apps[0].allowed_origins[1]: must not be empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(writeFile(t, tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v\nwant it to contain %q", err, tt.want)
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v is not a *FieldError", err)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := &Config{Apps: []App{{ID: "1", Key: "k", Secret: "s", AcceptClientEventsFrom: "x"}}}
+	c.ApplyDefaults()
+	c.Server.Port = 0
+	c.Apps[0].Secret = ""
+	err := c.Validate()
+	for _, want := range []string{"server.port", "apps[0].secret", "apps[0].accept_client_events_from"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %s", err, want)
+		}
+	}
+	if c.byID != nil {
+		t.Error("indexes must only be built for a valid config")
+	}
+}
+
+func TestValidateDoesNotApplyDefaults(t *testing.T) {
+	// Validate alone sees the zeros that ApplyDefaults would have replaced.
+	c := &Config{Server: Server{Port: 8080, MaxRequestSize: 1}, Apps: []App{{ID: "1", Key: "k", Secret: "s"}}}
+	err := c.Validate()
+	for _, want := range []string{"apps[0].ping_interval", "apps[0].activity_timeout", "apps[0].accept_client_events_from"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %s", err, want)
+		}
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("after ApplyDefaults: %v", err)
+	}
+}
+
+func TestValidateAcceptsGoodValues(t *testing.T) {
+	clearEnv(t)
+	yaml := `
+server: {port: 443, path: /ws, tls: {cert: c.pem, key: k.pem}}
+scaling: {enabled: true, redis_url: "rediss://u:p@redis:6380/2"}
+apps:
+  - app_id: "1"
+    key: k1
+    secret: s1
+    accept_client_events_from: all
+    max_connections: 0
+    client_event_rate_limit: 0
+    toolmark: {call_timeout_ms: 600000}
+    webhooks:
+      - {url: "https://hooks.example.com/pusher"}
+      - {url: "http://127.0.0.1:9/x", event_types: [channel_occupied, channel_vacated, member_added, member_removed, client_event, cache_miss, subscription_count, toolmark_confirmed]}
+  - {app_id: "2", key: k2, secret: s2, accept_client_events_from: none}
+`
+	c, err := Load(writeFile(t, yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AppByID("2").AcceptClientEventsFrom != ClientEventsNone || c.Server.Path != "/ws" {
+		t.Fatalf("%+v", c)
+	}
+}
