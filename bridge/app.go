@@ -1,0 +1,371 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/config"
+)
+
+// appHandler is an app endpoint after signature verification.
+type appHandler func(c echo.Context, app *config.App, body []byte) error
+
+// signed authenticates an app request exactly like the Pusher HTTP API: unknown app → 404,
+// body over the limit → 413, bad signature → 401, toolmark disabled → 403 (only after the
+// signature, so unauthenticated callers learn nothing about the app's config).
+func (b *Bridge) signed(prefix string, h appHandler) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		app := b.apps.AppByID(c.Param("app"))
+		if app == nil {
+			return jsonError(c, http.StatusNotFound, "Unknown app")
+		}
+		body, err := b.readBody(c)
+		if errors.Is(err, errBodyTooLarge) {
+			return jsonError(c, http.StatusRequestEntityTooLarge, "Body over the size limit")
+		}
+		if err != nil {
+			return jsonError(c, http.StatusBadRequest, "Cannot read body")
+		}
+		r := c.Request()
+		path := strings.TrimPrefix(r.URL.Path, prefix)
+		if err := auth.VerifyRequest(r.Method, path, r.URL.Query(), body, app.Key, app.Secret, b.now()); err != nil {
+			return jsonError(c, http.StatusUnauthorized, err.Error())
+		}
+		if !app.Toolmark.Enabled {
+			return jsonError(c, http.StatusForbidden, "Toolmark is disabled for this app")
+		}
+		return h(c, app, body)
+	}
+}
+
+// callRequest is a decoded POST /toolmark/calls or /toolmark/describe body.
+type callRequest struct {
+	UserID         string
+	ConversationID string
+	Tool           string
+	Input          json.RawMessage // JSON null when absent
+	Rev            *int64
+	ToolUseID      string
+	Timeout        time.Duration // 0 = the app's default
+}
+
+// decodeCallRequest validates an agent's request. Unknown keys are ignored (forward
+// compatibility of the app's client); explicit nulls count as absent for optional keys.
+// maxTimeout bounds timeout_ms. Every error is a *ProtocolError (422).
+func decodeCallRequest(body []byte, callKind string, maxTimeout time.Duration) (*callRequest, error) {
+	o, err := parseObject(body)
+	if err != nil {
+		return nil, err
+	}
+	req := &callRequest{Input: json.RawMessage("null")}
+	if req.UserID, req.ConversationID, err = convIDs(o); err != nil {
+		return nil, err
+	}
+	raw, ok := o["tool"]
+	if !ok {
+		return nil, protoErr("tool is required")
+	}
+	if req.Tool, err = asString(raw, "tool"); err != nil || !ValidToolName(req.Tool) {
+		return nil, protoErr("tool must match ^[A-Za-z0-9_.-]{1,128}$")
+	}
+	if callKind == KindDescribe {
+		return req, nil
+	}
+	if raw, ok := o["input"]; ok {
+		req.Input = raw
+	}
+	if raw, ok := o["rev"]; ok && kind(raw) != 'z' {
+		rev, err := asRev(raw, "rev")
+		if err != nil {
+			return nil, err
+		}
+		req.Rev = &rev
+	}
+	if raw, ok := o["tool_use_id"]; ok && kind(raw) != 'z' {
+		if req.ToolUseID, err = asString(raw, "tool_use_id"); err != nil {
+			return nil, err
+		}
+		if len(req.ToolUseID) > 256 || !utf8.ValidString(req.ToolUseID) {
+			return nil, protoErr("tool_use_id must be at most 256 bytes")
+		}
+	}
+	if raw, ok := o["timeout_ms"]; ok && kind(raw) != 'z' {
+		ms, err := asRev(raw, "timeout_ms")
+		maxMS := maxTimeout.Milliseconds()
+		if err != nil || ms < 1 || ms > maxMS {
+			return nil, protoErr("timeout_ms must be an integer between 1 and %d", maxMS)
+		}
+		req.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	return req, nil
+}
+
+// convIDs reads and validates user_id and conversation_id, which end up in a channel name.
+func convIDs(o obj) (user, conv string, err error) {
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"user_id", &user}, {"conversation_id", &conv}} {
+		raw, ok := o[f.name]
+		if !ok {
+			return "", "", protoErr("%s is required", f.name)
+		}
+		s, err := asString(raw, f.name)
+		if err != nil || !ValidChannelPart(s) {
+			return "", "", protoErr("%s must be a string of 1-128 characters from [-a-zA-Z0-9_=@,;]", f.name)
+		}
+		*f.dst = s
+	}
+	return user, conv, nil
+}
+
+func (b *Bridge) handleCall(c echo.Context, app *config.App, body []byte) error {
+	return b.handleInvoke(c, app, body, KindCall)
+}
+
+func (b *Bridge) handleDescribe(c echo.Context, app *config.App, body []byte) error {
+	return b.handleInvoke(c, app, body, KindDescribe)
+}
+
+// callResponse is the agent's answer; exactly these keys.
+type callResponse struct {
+	ID     string          `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Hints  Hints           `json:"hints"`
+}
+
+// callAudit accumulates the one audit line of a call.
+type callAudit struct {
+	key        ConvKey
+	id, tool   string
+	kind       string
+	status     string
+	reason     string
+	inManifest bool
+	start      time.Time
+}
+
+func errorResult(msg string) json.RawMessage {
+	return mustJSON(map[string]string{"status": StatusError, "message": msg})
+}
+
+var timeoutResult = json.RawMessage(`{"status":"timeout"}`)
+
+// handleInvoke is the tool-runtime pipeline around one call or describe: validate, rate-limit,
+// execute (bind, broadcast, wait), then audit and metrics.
+func (b *Bridge) handleInvoke(c echo.Context, app *config.App, body []byte, kind string) error {
+	def, max := appTimeouts(app)
+	req, err := decodeCallRequest(body, kind, max)
+	if err != nil {
+		return jsonError(c, http.StatusUnprocessableEntity, err.Error())
+	}
+	key := ConvKey{App: app.ID, User: req.UserID, Conversation: req.ConversationID}
+	au := &callAudit{key: key, id: uuid.NewString(), tool: req.Tool, kind: kind, start: b.now()}
+	rateKey := key.App + "\x00" + key.User + "\x00" + key.Conversation
+	if !b.callRate.Take(rateKey) {
+		au.status = "rate_limited"
+		b.auditCall(au)
+		return jsonError(c, http.StatusTooManyRequests, "Too many calls")
+	}
+	if !b.flight.acquire(key) {
+		b.callRate.Refund(rateKey)
+		au.status = "too_many_in_flight"
+		b.auditCall(au)
+		return jsonError(c, http.StatusTooManyRequests, "Too many calls in flight")
+	}
+	defer b.flight.release(key)
+	b.met.flight(app.ID, 1)
+	defer b.met.flight(app.ID, -1)
+	timeout := req.Timeout
+	if timeout == 0 {
+		timeout = def
+	}
+	result, hints, err := b.execute(c.Request().Context(), app, req, kind, timeout, au)
+	if err != nil {
+		au.status = "store_error"
+		b.auditCall(au)
+		return jsonError(c, http.StatusServiceUnavailable, "Bridge store unavailable")
+	}
+	au.status = resultStatus(result)
+	b.auditCall(au)
+	return writeRaw(c, http.StatusOK, mustJSON(callResponse{ID: au.id, Result: result, Hints: hints}))
+}
+
+// execute binds, broadcasts and waits. Errors are store failures; everything the agent should
+// see as a tool outcome is returned as a result.
+func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest, kind string,
+	timeout time.Duration, au *callAudit) (json.RawMessage, Hints, error) {
+	key := au.key
+	m, err := b.store.GetManifest(ctx, key)
+	if err != nil {
+		return nil, Hints{}, err
+	}
+	if m == nil {
+		au.reason = "no_page"
+		return errorResult("No page is connected"), Hints{}, nil
+	}
+	var hints Hints
+	if t := m.Tool(req.Tool); t != nil {
+		hints, au.inManifest = t.Hints, true
+	}
+	var msg []byte
+	if kind == KindDescribe {
+		msg, err = EncodeDescribe(m.ClientID, au.id, req.Tool)
+	} else {
+		msg, err = EncodeCall(m.ClientID, au.id, req.Tool, req.Rev, req.Input)
+	}
+	if err != nil {
+		au.reason = "encode"
+		return errorResult("Invalid call: " + err.Error()), hints, nil
+	}
+	data := EventData(msg)
+	if app.MaxMessageSize > 0 && len(data) > app.MaxMessageSize {
+		au.reason = "too_large"
+		return errorResult(fmt.Sprintf("The call is %d bytes, over the app's max_message_size of %d bytes",
+			len(data), app.MaxMessageSize)), hints, nil
+	}
+	bind := Binding{ID: au.id, Key: key, ClientID: m.ClientID, Kind: kind, Tool: req.Tool,
+		ToolUseID: req.ToolUseID, Deadline: b.now().Add(timeout)}
+	// MUST 2: bound before broadcast, so a result can never arrive for an unbound id.
+	if err := b.store.Bind(ctx, bind, timeout+b.lim.LateGrace); err != nil {
+		return nil, hints, err
+	}
+	// Watch before publishing, so that even an instant answer wakes this waiter.
+	wake, release := b.store.Watch(au.id)
+	defer release()
+	channel := Channel(key.User, key.Conversation)
+	if err := b.pub.Publish(app.ID, channel, EventName, data); err != nil {
+		b.log.Error("toolmark publish failed", slog.String("app", app.ID), slog.String("call_id", au.id),
+			slog.String("error", err.Error()))
+		res, timedOut, cerr := b.store.ClaimTimeout(context.WithoutCancel(ctx), au.id)
+		if cerr != nil {
+			return nil, hints, cerr
+		}
+		if timedOut {
+			au.reason = "publish_failed"
+			return errorResult("Could not broadcast the call"), hints, nil
+		}
+		return res, hints, nil
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-wake:
+	case <-timer.C:
+		au.reason = "deadline"
+	case <-ctx.Done():
+		au.reason = "client_gone"
+	case <-b.closing:
+		au.reason = "shutdown"
+	}
+	// The single-use claim decides the race with the page: either we claim the timeout or we
+	// get the result that won (MUST 3).
+	res, timedOut, err := b.store.ClaimTimeout(context.WithoutCancel(ctx), au.id)
+	if err != nil {
+		return nil, hints, err
+	}
+	if !timedOut {
+		au.reason = ""
+		return res, hints, nil
+	}
+	// MUST 4: the page learns the call is over.
+	if cancel, err := EncodeCancel(m.ClientID, au.id); err == nil {
+		if err := b.pub.Publish(app.ID, channel, EventName, EventData(cancel)); err != nil {
+			b.log.Warn("toolmark cancel publish failed", slog.String("app", app.ID),
+				slog.String("call_id", au.id), slog.String("error", err.Error()))
+		}
+	}
+	return timeoutResult, hints, nil
+}
+
+// resultStatus reads the status of a result for audit and metrics.
+func resultStatus(result json.RawMessage) string {
+	var s struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(result, &s) != nil {
+		return "unknown"
+	}
+	return s.Status
+}
+
+// auditCall writes the one structured line per call: never input or result values.
+func (b *Bridge) auditCall(au *callAudit) {
+	lat := b.now().Sub(au.start)
+	b.met.call(au.key.App, au.kind, au.tool, au.inManifest, au.status, lat)
+	attrs := []slog.Attr{
+		slog.String("app", au.key.App), slog.String("user", au.key.User),
+		slog.String("conversation", au.key.Conversation), slog.String("call_id", au.id),
+		slog.String("tool", au.tool), slog.String("kind", au.kind), slog.String("status", au.status),
+		slog.Int64("latency_ms", lat.Milliseconds()),
+	}
+	if au.reason != "" {
+		attrs = append(attrs, slog.String("reason", au.reason))
+	}
+	b.log.LogAttrs(context.Background(), slog.LevelInfo, "toolmark call", attrs...)
+}
+
+// handleManifest is GET /apps/{id}/toolmark/manifest?user_id=&conversation_id=.
+func (b *Bridge) handleManifest(c echo.Context, app *config.App, _ []byte) error {
+	user, conv := c.QueryParam("user_id"), c.QueryParam("conversation_id")
+	if !ValidChannelPart(user) || !ValidChannelPart(conv) {
+		return jsonError(c, http.StatusUnprocessableEntity,
+			"user_id and conversation_id must be strings of 1-128 characters from [-a-zA-Z0-9_=@,;]")
+	}
+	m, err := b.store.GetManifest(c.Request().Context(), ConvKey{App: app.ID, User: user, Conversation: conv})
+	if err != nil {
+		return jsonError(c, http.StatusServiceUnavailable, "Bridge store unavailable")
+	}
+	if m == nil {
+		return jsonError(c, http.StatusNotFound, "No manifest")
+	}
+	if m.Tools == nil {
+		m.Tools = []Tool{}
+	}
+	return writeRaw(c, http.StatusOK, mustJSON(m))
+}
+
+// handleMessages is POST /apps/{id}/toolmark/messages: a page message the app forwarded from
+// behind its own session and CSRF checks. It gets the page endpoint's processing and status,
+// minus the socket check; its rate-limit bucket is per app/user/conversation.
+func (b *Bridge) handleMessages(c echo.Context, app *config.App, body []byte) error {
+	start := b.now()
+	key := ConvKey{App: app.ID}
+	var pm *PageMessage
+	out := func() pageOutcome {
+		// One more level than a page message: the wrapper object.
+		if err := CheckDepth(body, MaxDepth+1); err != nil {
+			return reject(http.StatusUnprocessableEntity, err.Error())
+		}
+		if !utf8.Valid(body) || !json.Valid(body) {
+			return reject(http.StatusUnprocessableEntity, "body must be a JSON object")
+		}
+		o, err := asObject(body, "body")
+		if err != nil {
+			return reject(http.StatusUnprocessableEntity, err.Error())
+		}
+		if key.User, key.Conversation, err = convIDs(o); err != nil {
+			return reject(http.StatusUnprocessableEntity, err.Error())
+		}
+		msg, ok := o["message"]
+		if !ok {
+			return reject(http.StatusUnprocessableEntity, "message is required")
+		}
+		var out pageOutcome
+		pm, out = b.processPage(c.Request().Context(), key, msg, "conv\x00"+key.App+"\x00"+key.User+"\x00"+key.Conversation)
+		return out
+	}()
+	b.auditPage(key, pm, out, start)
+	return writePage(c, out)
+}

@@ -1,0 +1,294 @@
+package bridge
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reverbgo/reverbgo/config"
+)
+
+// Publisher broadcasts one Pusher event to a channel of an app; data is the JSON string
+// payload, e.g. {"message":{...}}.
+type Publisher interface {
+	Publish(appID, channel, event string, data []byte) error
+}
+
+// Sockets finds a connected socket anywhere in the cluster.
+type Sockets interface {
+	Channels(socketID string) (appID string, channels []string, ok bool)
+}
+
+// Emitter delivers webhook events (toolmark_confirmed) for an app.
+type Emitter interface {
+	Emit(appID string, event map[string]any)
+}
+
+// Apps looks apps up by id.
+type Apps interface {
+	AppByID(id string) *config.App
+}
+
+// AppLister should also be implemented by Apps. A CORS preflight carries no X-Socket-ID, so
+// its app is unknown: the preflight is allowed when any toolmark-enabled app allows the Origin
+// (the POST itself is then checked against the socket's own app). Without AppLister every
+// preflight is refused, so cross-origin pages cannot post.
+type AppLister interface {
+	AllApps() []*config.App
+}
+
+// Options configure a Bridge. Publisher, Sockets and Apps are required.
+type Options struct {
+	// Store holds bindings and manifests; nil = a new MemoryStore owned (and closed) by the Bridge.
+	Store Store
+	// Publisher broadcasts call/describe/cancel.
+	Publisher Publisher
+	// Sockets resolves X-Socket-ID to the socket's app and channels.
+	Sockets Sockets
+	// Webhooks receives toolmark_confirmed; nil drops them.
+	Webhooks Emitter
+	// Apps resolves app ids (and, with AppLister, answers CORS preflights).
+	Apps Apps
+	// Logger receives one audit line per call and per page message; nil = slog.Default().
+	Logger *slog.Logger
+	// Metrics registers the bridge's collectors; nil = no metrics.
+	Metrics prometheus.Registerer
+	// Now is the clock for deadlines, signatures and limits; nil = time.Now.
+	Now func() time.Time
+	// Limits; zero fields take their documented defaults.
+	Limits Limits
+}
+
+// Bridge is the embedded Toolmark bridge: the page and app HTTP endpoints and the call
+// state machine between them.
+type Bridge struct {
+	store     Store
+	ownStore  *MemoryStore
+	pub       Publisher
+	sockets   Sockets
+	hooks     Emitter
+	apps      Apps
+	log       *slog.Logger
+	met       *metrics
+	now       func() time.Time
+	lim       Limits
+	pageRate  *limiter
+	callRate  *limiter
+	flight    *inflight
+	closing   chan struct{}
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// New builds a Bridge; call Register to mount it and Close on shutdown.
+func New(opts Options) *Bridge {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	b := &Bridge{
+		store: opts.Store, pub: opts.Publisher, sockets: opts.Sockets, hooks: opts.Webhooks,
+		apps: opts.Apps, log: opts.Logger, met: newMetrics(opts.Metrics), now: opts.Now,
+		lim: opts.Limits.withDefaults(), closing: make(chan struct{}), done: make(chan struct{}),
+	}
+	if b.store == nil {
+		b.ownStore = NewMemoryStore(MemoryOptions{})
+		b.store = b.ownStore
+	}
+	b.pageRate = newLimiter(b.lim.PageRate, b.lim.PageBurst, b.now)
+	b.callRate = newLimiter(b.lim.CallRate, b.lim.CallBurst, b.now)
+	b.flight = &inflight{max: b.lim.MaxInFlight, n: map[ConvKey]int{}}
+	go b.janitor()
+	return b
+}
+
+// janitor bounds the limiters' memory.
+func (b *Bridge) janitor() {
+	defer close(b.done)
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.closing:
+			return
+		case <-t.C:
+			b.pageRate.sweep()
+			b.callRate.sweep()
+		}
+	}
+}
+
+// Close wakes every waiting call (each is settled as a timeout: claimed, cancel sent, agent
+// answered) so a graceful HTTP shutdown does not wait for deadlines of up to max_timeout_ms,
+// then stops background work. Calls started after Close are settled the same way at once.
+// The HTTP server's shutdown is what waits for those handlers to return.
+func (b *Bridge) Close() {
+	b.closeOnce.Do(func() {
+		close(b.closing)
+		<-b.done
+		if b.ownStore != nil {
+			_ = b.ownStore.Close()
+		}
+	})
+}
+
+// Register mounts the page and app routes on g, the echo group at the server's path prefix.
+// prefix is that path prefix ("" or "/x"); it is stripped from the path before verifying
+// signatures because SDKs sign the path without it.
+func (b *Bridge) Register(g *echo.Group, prefix string) {
+	g.POST("/toolmark/bridge/:conversation", b.handlePage)
+	g.OPTIONS("/toolmark/bridge/:conversation", b.handlePreflight)
+	g.POST("/apps/:app/toolmark/calls", b.signed(prefix, b.handleCall))
+	g.POST("/apps/:app/toolmark/describe", b.signed(prefix, b.handleDescribe))
+	g.GET("/apps/:app/toolmark/manifest", b.signed(prefix, b.handleManifest))
+	g.POST("/apps/:app/toolmark/messages", b.signed(prefix, b.handleMessages))
+}
+
+// errBodyTooLarge means the body exceeded Limits.MaxBody (413).
+var errBodyTooLarge = errors.New("body too large")
+
+// readBody reads at most MaxBody bytes; one more byte means 413.
+func (b *Bridge) readBody(c echo.Context) ([]byte, error) {
+	r := c.Request()
+	if r.ContentLength > b.lim.MaxBody {
+		return nil, errBodyTooLarge
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, b.lim.MaxBody+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errBodyTooLarge
+		}
+		return nil, err
+	}
+	if int64(len(body)) > b.lim.MaxBody {
+		return nil, errBodyTooLarge
+	}
+	return body, nil
+}
+
+// jsonError writes {"error": msg} with status code.
+func jsonError(c echo.Context, code int, msg string) error {
+	return c.JSON(code, map[string]string{"error": msg})
+}
+
+// writeRaw writes pre-encoded JSON.
+func writeRaw(c echo.Context, code int, body []byte) error {
+	return c.Blob(code, echo.MIMEApplicationJSONCharsetUTF8, body)
+}
+
+// originAllowed matches the Origin's host against an app's allowed_origins host globs; "*"
+// (or an empty list, the config default) allows everything, and no Origin (not a browser) is
+// always allowed.
+func originAllowed(app *config.App, origin string) bool {
+	if origin == "" || len(app.AllowedOrigins) == 0 {
+		return true
+	}
+	u, err := url.Parse(origin)
+	host := ""
+	if err == nil {
+		host = u.Hostname()
+	}
+	for _, pattern := range app.AllowedOrigins {
+		if pattern == "*" || (host != "" && globMatch(strings.ToLower(pattern), strings.ToLower(host))) {
+			return true
+		}
+	}
+	return false
+}
+
+// globMatch matches s against pattern where '*' is any run of characters (Laravel's Str::is).
+func globMatch(pattern, s string) bool {
+	for {
+		star := strings.IndexByte(pattern, '*')
+		if star < 0 {
+			return pattern == s
+		}
+		if !strings.HasPrefix(s, pattern[:star]) {
+			return false
+		}
+		s, pattern = s[star:], pattern[star+1:]
+		if pattern == "" {
+			return true
+		}
+		for i := 0; i <= len(s); i++ {
+			if globMatch(pattern, s[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// corsAllowHeaders are the headers echoTransport and Laravel's stack send with a page POST.
+const corsAllowHeaders = "Content-Type, Accept, X-Requested-With, X-Socket-ID, X-CSRF-TOKEN, X-XSRF-TOKEN, Authorization"
+
+func setCORS(c echo.Context, origin string) {
+	h := c.Response().Header()
+	h.Add("Vary", "Origin")
+	if origin == "" {
+		return
+	}
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Set("Access-Control-Allow-Credentials", "true")
+}
+
+// handlePreflight answers the page's CORS preflight. It has no socket id, so it is allowed when
+// any toolmark-enabled app allows the Origin (see AppLister).
+func (b *Bridge) handlePreflight(c echo.Context) error {
+	origin := c.Request().Header.Get("Origin")
+	allowed := false
+	if lister, ok := b.apps.(AppLister); ok && origin != "" {
+		for _, app := range lister.AllApps() {
+			if app != nil && app.Toolmark.Enabled && originAllowed(app, origin) {
+				allowed = true
+				break
+			}
+		}
+	}
+	if !allowed {
+		c.Response().Header().Add("Vary", "Origin")
+		return c.NoContent(http.StatusForbidden)
+	}
+	setCORS(c, origin)
+	h := c.Response().Header()
+	h.Set("Access-Control-Allow-Methods", "POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
+	h.Set("Access-Control-Max-Age", "7200")
+	return c.NoContent(http.StatusNoContent)
+}
+
+// appTimeouts returns the app's default and maximum call timeout.
+func appTimeouts(app *config.App) (def, max time.Duration) {
+	d, m := app.Toolmark.CallTimeoutMS, app.Toolmark.MaxTimeoutMS
+	if m <= 0 {
+		m = 600000
+	}
+	if d <= 0 {
+		d = 30000
+	}
+	if d > m {
+		d = m
+	}
+	return time.Duration(d) * time.Millisecond, time.Duration(m) * time.Millisecond
+}
+
+// mustJSON marshals values that cannot fail (maps of strings and raw JSON).
+func mustJSON(v any) []byte {
+	out, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}

@@ -1,0 +1,138 @@
+package bridge
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// maxToolLabels bounds the distinct tool label values per app. Tool names come from a page's
+// manifest, which a hostile page controls, so even "names in the current manifest" must be capped
+// to keep label cardinality bounded.
+const maxToolLabels = 256
+
+// metrics are the bridge's Prometheus hooks; a nil *metrics records nothing.
+type metrics struct {
+	calls     *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	pageMsgs  *prometheus.CounterVec
+	inFlight  *prometheus.GaugeVec
+	mu        sync.Mutex
+	toolNames map[string]map[string]struct{} // app → tool label values in use
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		return nil
+	}
+	m := &metrics{toolNames: map[string]map[string]struct{}{}}
+	m.calls = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reverbgo_toolmark_calls_total",
+		Help: "Toolmark calls and describes by app, kind, tool (\"other\" outside the manifest) and result status.",
+	}, []string{"app", "kind", "tool", "status"}))
+	m.latency = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "reverbgo_toolmark_call_duration_seconds",
+		Help:    "Time from the agent's request to its answer, by app, kind and status.",
+		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+	}, []string{"app", "kind", "status"}))
+	m.pageMsgs = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reverbgo_toolmark_page_messages_total",
+		Help: "Page-to-server messages by app, type and HTTP status.",
+	}, []string{"app", "type", "code"}))
+	m.inFlight = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "reverbgo_toolmark_calls_in_flight",
+		Help: "Calls waiting for the page, by app.",
+	}, []string{"app"}))
+	return m
+}
+
+// register reuses an identical collector already registered (e.g. a second Bridge in tests).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
+}
+
+// toolLabel returns tool when it is in the manifest the call went to and the app's label budget
+// allows it, else "other".
+func (m *metrics) toolLabel(app, tool string, inManifest bool) string {
+	if !inManifest {
+		return "other"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := m.toolNames[app]
+	if set == nil {
+		set = map[string]struct{}{}
+		m.toolNames[app] = set
+	}
+	if _, ok := set[tool]; ok {
+		return tool
+	}
+	if len(set) >= maxToolLabels {
+		return "other"
+	}
+	set[tool] = struct{}{}
+	return tool
+}
+
+func (m *metrics) call(app, kind, tool string, inManifest bool, status string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(app, kind, m.toolLabel(app, tool, inManifest), status).Inc()
+	m.latency.WithLabelValues(app, kind, status).Observe(d.Seconds())
+}
+
+func (m *metrics) page(app, typ string, code int) {
+	if m == nil {
+		return
+	}
+	switch typ {
+	case TypeManifest, TypeChanged, TypeResult, TypeConfirmed:
+	default:
+		typ = "invalid"
+	}
+	m.pageMsgs.WithLabelValues(app, typ, codeLabel(code)).Inc()
+}
+
+func (m *metrics) flight(app string, delta float64) {
+	if m == nil {
+		return
+	}
+	m.inFlight.WithLabelValues(app).Add(delta)
+}
+
+func codeLabel(code int) string {
+	switch code {
+	case 204:
+		return "204"
+	case 401:
+		return "401"
+	case 403:
+		return "403"
+	case 404:
+		return "404"
+	case 409:
+		return "409"
+	case 410:
+		return "410"
+	case 413:
+		return "413"
+	case 422:
+		return "422"
+	case 429:
+		return "429"
+	default:
+		return "5xx"
+	}
+}

@@ -1,0 +1,187 @@
+// Command reverbgo is a Pusher Channels server, a drop-in for Laravel Reverb, with the
+// Toolmark bridge embedded.
+//
+//	reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level info]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/reverbgo/reverbgo/bridge"
+	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/pusher"
+	"github.com/reverbgo/reverbgo/webhooks"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level debug|info|warn|error]")
+	fmt.Fprintln(w, "       reverbgo version")
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "version", "--version":
+		fmt.Fprintln(stdout, "reverbgo", version)
+		return 0
+	case "start":
+	case "-h", "--help", "help":
+		usage(stdout)
+		return 0
+	default:
+		usage(stderr)
+		return 2
+	}
+	fs := flag.NewFlagSet("start", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file (default ./config.yaml)")
+	host := fs.String("host", "", "listen host (overrides server.host)")
+	port := fs.Int("port", 0, "listen port (overrides server.port)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
+		return 2
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "reverbgo: config:", err)
+		return 1
+	}
+	if *host != "" {
+		cfg.Server.Host = *host
+	}
+	if *port != 0 {
+		cfg.Server.Port = *port
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "reverbgo: config:", err)
+		return 1
+	}
+	if err := serve(cfg, logger); err != nil {
+		logger.Error("server stopped", "error", err)
+		return 1
+	}
+	return 0
+}
+
+// emitter adapts the webhook dispatcher to the producers' Emit(appID, map) interface.
+type emitter struct{ d *webhooks.Dispatcher }
+
+func (e emitter) Emit(appID string, ev map[string]any) { e.d.Emit(appID, webhooks.Event(ev)) }
+
+// appDirectory gives the bridge app lookups over the validated config.
+type appDirectory struct{ cfg *config.Config }
+
+func (a appDirectory) AppByID(id string) *config.App { return a.cfg.AppByID(id) }
+
+func (a appDirectory) AllApps() []*config.App {
+	out := make([]*config.App, len(a.cfg.Apps))
+	for i := range a.cfg.Apps {
+		out[i] = &a.cfg.Apps[i]
+	}
+	return out
+}
+
+func serve(cfg *config.Config, logger *slog.Logger) error {
+	hooks := webhooks.New(webhooks.Options{Logger: logger})
+	hooks.SetApps(cfg.Apps)
+
+	registry := channels.NewRegistry(channels.Options{})
+	srv := pusher.NewServer(pusher.Options{Config: cfg, Registry: registry, Logger: logger, Webhooks: emitter{hooks}})
+	br := bridge.New(bridge.Options{
+		Publisher: srv,
+		Sockets:   srv,
+		Webhooks:  emitter{hooks},
+		Apps:      appDirectory{cfg},
+		Logger:    logger,
+	})
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.Use(middleware.Recover())
+	prefix := cfg.Server.Path
+	srv.Routes(e, prefix)
+	br.Register(e.Group(prefix), prefix)
+
+	addr := net.JoinHostPort(cfg.Server.Host, strconv.Itoa(cfg.Server.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	httpSrv := &http.Server{
+		Handler:           e,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	tlsOn := cfg.Server.TLS.Cert != "" && cfg.Server.TLS.Key != ""
+	logger.Info("reverbgo listening", "addr", ln.Addr().String(), "path", prefix, "tls", tlsOn, "apps", len(cfg.Apps), "version", version)
+
+	errc := make(chan error, 1)
+	go func() {
+		if tlsOn {
+			errc <- httpSrv.ServeTLS(ln, cfg.Server.TLS.Cert, cfg.Server.TLS.Key)
+		} else {
+			errc <- httpSrv.Serve(ln)
+		}
+	}()
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case sig := <-sigs:
+		logger.Info("shutting down", "signal", sig.String())
+	}
+	timeout := time.Duration(cfg.Server.ShutdownTimeoutSeconds) * time.Second
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = httpSrv.Shutdown(ctx) }() // in-flight HTTP requests finish
+	go func() { defer wg.Done(); _ = srv.Shutdown(ctx) }()     // every client gets 4200
+	wg.Wait()
+	br.Close()
+	_ = hooks.Close(ctx)
+	logger.Info("stopped")
+	return nil
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs every test of the project: Go (vet, gofmt, race, fuzz seeds, benchmarks once) and the
+# end-to-end tests that drive the built binary with real pusher-js / laravel-echo / pusher SDK.
+# Usage: scripts/test.sh        (from anywhere; needs Go and Node/npm)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './e2e/*'))
+if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 ./...
+
+echo "== benchmarks (once each, to keep them compiling and working)"
+go test -run '^$' -bench . -benchtime=1x ./... >/tmp/reverbgo-bench-once.log 2>&1 || { cat /tmp/reverbgo-bench-once.log; exit 1; }
+
+echo "== build"
+mkdir -p bin
+CGO_ENABLED=0 go build -o bin/reverbgo ./cmd/reverbgo
+
+echo "== end-to-end (node --test)"
+cd e2e
+if [ ! -d node_modules ] || ! npm ls --all >/dev/null 2>&1; then
+  npm ci --no-audit --no-fund
+fi
+REVERBGO_BIN="$(cd .. && pwd)/bin/reverbgo" node --test --test-concurrency=1 test/
