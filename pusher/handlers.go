@@ -154,6 +154,12 @@ func (c *Conn) subscribePresence(name string, m channels.Member) {
 	s := c.srv
 	cfg := c.app.cfg
 	ctx := context.Background()
+	// FIX(tests): re-subscribing as another user used to overwrite the subscription's userID
+	// while the old user's socket stayed in the presence store, a ghost member never removed
+	// (leave only knows the newest userID). Leave the old membership first.
+	if old, ok := c.subscribed(name); ok && old.userID != m.UserID {
+		c.unsubscribe(name)
+	}
 	members, err := s.reg.Presence().Members(ctx, cfg.ID, name)
 	if err != nil {
 		c.sendError(codeOverCapacity, "Presence is unavailable, try again")
@@ -250,6 +256,26 @@ func (c *Conn) unsubscribe(name string) {
 	c.subsMu.Unlock()
 	if ok {
 		c.leave(name, sub)
+		// FIX(tests): the presence user binding used to stay after an unsubscribe, so the
+		// socket table kept the *Conn for ever once the socket closed (cleanup only unbinds
+		// the users of the subscriptions left at that time).
+		if sub.userID != "" {
+			c.unbindIfUnused(sub.userID)
+		}
+	}
+}
+
+// unbindIfUnused drops the socket's binding to user unless the socket still is that user,
+// signed in or in another presence channel. Called from the reader goroutine only.
+func (c *Conn) unbindIfUnused(user string) {
+	c.subsMu.RLock()
+	used := c.userID == user
+	for _, sub := range c.subs {
+		used = used || sub.userID == user
+	}
+	c.subsMu.RUnlock()
+	if !used {
+		c.srv.sockets.unbindUser(c.app.cfg.ID, user, c)
 	}
 }
 
@@ -356,7 +382,9 @@ func (c *Conn) signin(data json.RawMessage) {
 	c.userID = id
 	c.subsMu.Unlock()
 	if prev != "" && prev != id {
-		c.srv.sockets.unbindUser(cfg.ID, prev, c)
+		// FIX(tests): was an unconditional unbind, which also dropped the binding of a
+		// presence membership under the previous id.
+		c.unbindIfUnused(prev)
 	}
 	c.srv.sockets.bindUser(cfg.ID, id, c)
 	c.Send(EventFrame("pusher:signin_success", "", `{"user_data":`+string(appendJSONString(nil, d.UserData))+`}`))

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // only served with --debug-addr, on its own listener
 	"os"
 	"os/signal"
 	"strconv"
@@ -65,6 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	host := fs.String("host", "", "listen host (overrides server.host)")
 	port := fs.Int("port", 0, "listen port (overrides server.port)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); off by default")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -89,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)
 		return 1
+	}
+	if *debugAddr != "" {
+		go func() { logger.Warn("pprof server stopped", "error", http.ListenAndServe(*debugAddr, nil)) }()
 	}
 	if err := serve(cfg, logger); err != nil {
 		logger.Error("server stopped", "error", err)

@@ -21,6 +21,16 @@ function freePort() {
   });
 }
 
+// The binary reads Laravel's REVERB_* / REDIS_* variables; a developer's shell must not leak
+// them into a test's server, so they are dropped from the inherited environment.
+function childEnv(extra = {}) {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (!/^(REVERB_|REDIS_)/.test(k)) env[k] = v;
+  }
+  return { ...env, ...extra };
+}
+
 const defaultApps = () => [
   { app_id: 'app1', key: 'app1-key', secret: 'app1-secret', accept_client_events_from: 'members',
     toolmark: { enabled: true, call_timeout_ms: 30000, max_timeout_ms: 600000 } },
@@ -54,14 +64,16 @@ async function waitUp(url, ms) {
  * toolmark, app2 with client events off).
  */
 async function startServer(opts = {}) {
-  const port = await freePort();
+  // opts.port: where the server is expected to listen when args/env override the file's port.
+  const filePort = (opts.server && opts.server.port) || (await freePort());
+  const port = opts.port || filePort;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'reverbgo-e2e-'));
   const apps = opts.apps || defaultApps();
-  const config = { server: { host: '127.0.0.1', port, ...(opts.server || {}) }, apps };
+  const config = opts.config || { server: { host: '127.0.0.1', ...(opts.server || {}), port: filePort }, apps };
   const file = path.join(dir, 'config.yaml');
   fs.writeFileSync(file, yaml(config));
   const args = ['start', '--config', file, ...(opts.args || [])];
-  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...(opts.env || {}) } });
+  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv(opts.env) });
   let out = '';
   proc.stdout.on('data', (d) => (out += d));
   proc.stderr.on('data', (d) => (out += d));
@@ -81,6 +93,7 @@ async function startServer(opts = {}) {
     port,
     host: '127.0.0.1',
     url,
+    prefix,
     wsUrl: `ws://127.0.0.1:${port}${prefix}`,
     apps,
     app: apps[0],
@@ -98,4 +111,37 @@ async function startServer(opts = {}) {
   };
 }
 
-module.exports = { startServer, freePort, BIN };
+/**
+ * Runs the binary once with args (e.g. ['start', '--config', file]) and resolves
+ * {code, signal, stdout, stderr} when it exits; kills it after ms (a config error must
+ * stop start-up, so a process still running then is itself a failure the caller sees).
+ */
+function runBinary(args, { env = {}, ms = 10000 } = {}) {
+  return new Promise((resolve) => {
+    const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv(env) });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.on('data', (d) => (stdout += d));
+    proc.stderr.on('data', (d) => (stderr += d));
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      proc.kill('SIGKILL');
+    }, ms);
+    proc.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      // give the pipes a tick to drain
+      setImmediate(() => resolve({ code, signal, stdout, stderr, timedOut }));
+    });
+  });
+}
+
+/** Writes a config file (object → YAML/JSON, or a raw YAML string) to a temp dir. */
+function writeConfig(config) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'reverbgo-e2e-cfg-'));
+  const file = path.join(dir, 'config.yaml');
+  fs.writeFileSync(file, typeof config === 'string' ? config : yaml(config));
+  return { file, dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
+}
+
+module.exports = { startServer, freePort, runBinary, writeConfig, waitUp, childEnv, BIN };
