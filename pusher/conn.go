@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -35,6 +36,8 @@ type Conn struct {
 	app      *appState
 	ws       *websocket.Conn
 	netConn  net.Conn
+	raw      syscall.RawConn // plain TCP: written by the flusher; nil (TLS): slow path only
+	fl       *flusher
 	socketID string
 
 	mu          sync.Mutex
@@ -42,7 +45,8 @@ type Conn struct {
 	spare       net.Buffers
 	queuedBytes int
 	maxBytes    int
-	writing     bool
+	writing     bool // a writer (flusher pass or slow-path goroutine) owns the socket
+	scheduled   bool // on the flusher's dirty list
 	paused      bool
 	closing     bool
 	closed      bool
@@ -81,18 +85,45 @@ func (c *Conn) Send(frame []byte) {
 	}
 	c.queue = append(c.queue, frame)
 	c.queuedBytes += len(frame)
-	start := !c.writing && !c.paused
-	if start {
-		c.writing = true
-	}
+	k := c.kickLocked()
 	c.mu.Unlock()
-	if start {
+	c.doKick(k)
+}
+
+// kick says who must write next after frames were queued.
+type kick uint8
+
+const (
+	kickNone      kick = iota
+	kickFlusher        // put on the flusher's dirty list (plain TCP)
+	kickGoroutine      // start the blocking writer goroutine (TLS, or a full socket)
+)
+
+// kickLocked decides, under c.mu, whether a writer must be started; nothing is started
+// while one is already writing or scheduled, or while writes are paused.
+func (c *Conn) kickLocked() kick {
+	if c.writing || c.scheduled || c.paused || c.closed {
+		return kickNone
+	}
+	if len(c.queue) == 0 && !c.closing {
+		return kickNone
+	}
+	if c.raw != nil {
+		c.scheduled = true
+		return kickFlusher
+	}
+	c.writing = true
+	return kickGoroutine
+}
+
+func (c *Conn) doKick(k kick) {
+	switch k {
+	case kickFlusher:
+		c.fl.schedule(c)
+	case kickGoroutine:
 		go c.writeLoop()
 	}
 }
-
-// sendDirect queues a frame for this socket alone (replies to its own requests).
-func (c *Conn) sendDirect(frame []byte) { c.Send(frame) }
 
 // pauseWrites holds the writer and returns the queue position where frames queued from now
 // on begin; resumeWrites inserts frames there. Subscribing uses it so that
@@ -100,15 +131,16 @@ func (c *Conn) sendDirect(frame []byte) { c.Send(frame) }
 func (c *Conn) pauseWrites() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.paused = true
-	return len(c.queue)
+	return 1 << 30 // MUTATION
 }
 
 func (c *Conn) resumeWrites(at int, frames ...[]byte) {
 	c.mu.Lock()
 	c.paused = false
 	if c.closing {
+		k := c.kickLocked()
 		c.mu.Unlock()
+		c.doKick(k)
 		return
 	}
 	if at > len(c.queue) {
@@ -121,28 +153,86 @@ func (c *Conn) resumeWrites(at int, frames ...[]byte) {
 			c.queuedBytes += len(f)
 		}
 	}
-	start := !c.writing && len(c.queue) > 0
-	if start {
-		c.writing = true
-	}
+	k := c.kickLocked()
 	c.mu.Unlock()
-	if start {
-		go c.writeLoop()
-	}
+	c.doKick(k)
 }
 
-// writeLoop runs only while something is queued, so an idle connection has no writer
-// goroutine. Each pass takes the whole queue and writes it with one writev.
+// flush is the fast path, run by the connection's flusher: one non-blocking writev of
+// everything queued. What the socket does not take goes to the slow path.
+func (c *Conn) flush(f *flusher) {
+	c.mu.Lock()
+	c.scheduled = false
+	if c.writing || c.paused || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if len(c.queue) == 0 {
+		finish := c.closing
+		if finish {
+			c.closed = true
+		}
+		c.mu.Unlock()
+		if finish {
+			c.finishClose()
+		}
+		return
+	}
+	batch := c.queue
+	c.queue, c.spare = c.spare[:0], nil
+	c.queuedBytes = 0
+	c.writing = true
+	c.mu.Unlock()
+
+	orig := batch
+	rest, err := f.writev(c.raw, batch)
+	if err != nil {
+		clear(orig)
+		c.abort(CloseWriteError)
+		return
+	}
+	if rest != nil {
+		// The socket is full: the rest goes first, written by a blocking goroutine.
+		restCopy := append(net.Buffers(nil), rest...)
+		n := 0
+		for _, b := range restCopy {
+			n += len(b)
+		}
+		clear(orig)
+		c.mu.Lock()
+		c.queue = append(restCopy, c.queue...)
+		c.queuedBytes += n
+		c.mu.Unlock()
+		go c.writeLoop() // c.writing stays true: the slow path owns the socket now
+		return
+	}
+	clear(orig)
+	c.mu.Lock()
+	if cap(orig) <= 1024 {
+		c.spare = orig[:0]
+	}
+	c.writing = false
+	k := c.kickLocked()
+	c.mu.Unlock()
+	c.doKick(k)
+}
+
+// writeLoop is the slow path: a goroutine with blocking writes that runs only while a TLS
+// connection has something queued or a plain socket's buffer is full. Each pass writes the
+// whole queue at once.
 func (c *Conn) writeLoop() {
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 || c.paused {
+		if len(c.queue) == 0 || c.paused || c.closed {
 			c.writing = false
 			finish := c.closing && !c.closed && len(c.queue) == 0
 			if finish {
 				c.closed = true
 			}
 			c.mu.Unlock()
+			if c.raw != nil { // the flusher's non-blocking writes must not see this deadline
+				_ = c.netConn.SetWriteDeadline(time.Time{})
+			}
 			if finish {
 				c.finishClose()
 			}
@@ -190,14 +280,9 @@ func (c *Conn) closeWith(reason CloseReason) {
 	}
 	c.queue = append(c.queue, closeFrame(reason.Code(), reason.Message()))
 	c.paused = false
-	start := !c.writing
-	if start {
-		c.writing = true
-	}
+	k := c.kickLocked()
 	c.mu.Unlock()
-	if start {
-		go c.writeLoop()
-	}
+	c.doKick(k)
 }
 
 // abort drops the socket at once without a close handshake (slow or broken peer).

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -53,6 +54,8 @@ type Server struct {
 	now      func() time.Time
 	upgrader websocket.Upgrader
 
+	flushers []*flusher
+
 	draining atomic.Bool
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -96,6 +99,11 @@ func NewServer(opts Options) *Server {
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     func(*http.Request) bool { return true }, // checked per app after upgrade (4009)
 	}
+	s.flushers = newFlushers(s.stop)
+	for _, f := range s.flushers {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); f.run() }()
+	}
 	s.wg.Add(1)
 	go s.sweepLoop()
 	return s
@@ -115,6 +123,8 @@ func newSocketID() string {
 	c := binary.LittleEndian.Uint64(b[8:]) % 1_000_000_000_000
 	return strconv.FormatUint(a, 10) + "." + strconv.FormatUint(c, 10)
 }
+
+func fastrandn(n uint32) uint32 { return mrand.Uint32N(n) }
 
 // ConnectionCount is the number of open sockets of an app on this node.
 func (s *Server) ConnectionCount(appID string) int {
@@ -147,15 +157,18 @@ func (s *Server) publish(ctx context.Context, appID, channel, event, data, excep
 // or ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
-	s.stopOnce.Do(func() { close(s.stop) })
 	s.sockets.each(func(c *Conn) { c.closeWith(CloseServerShutdown) })
 	done := make(chan struct{})
-	go func() { s.active.Wait(); s.wg.Wait(); close(done) }()
+	go func() { s.active.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		s.sockets.each(func(c *Conn) { c.abort(CloseServerShutdown) })
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	// Flushers and the sweeper stop only after the close frames went out.
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.wg.Wait()
+	return err
 }

@@ -61,8 +61,14 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 	}
 
 	c := &Conn{srv: s, app: app, ws: ws, netConn: ws.NetConn(), maxBytes: s.maxQueue, flushed: make(chan struct{})}
+	if tc, ok := c.netConn.(*net.TCPConn); ok {
+		if rc, err := tc.SyscallConn(); err == nil {
+			c.raw = rc
+		}
+	}
 	for {
 		c.socketID = newSocketID()
+		c.fl = s.flushers[int(fastrandn(uint32(len(s.flushers))))]
 		if s.sockets.add(c) {
 			break
 		}
