@@ -74,9 +74,13 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 		}
 	}
 	s.active.Add(1)
-	defer s.active.Done()
 	c.lastActivity.Store(s.now().UnixNano())
-	c.readLoop()
+	// A fresh goroutine reads: returning lets net/http's connection goroutine end and
+	// release the 8 KiB of bufio buffers it keeps for a hijacked connection.
+	go func() {
+		defer s.active.Done()
+		c.readLoop()
+	}()
 }
 
 // readLoop runs on the upgrading goroutine for the connection's whole life.
