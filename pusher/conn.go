@@ -131,7 +131,8 @@ func (c *Conn) doKick(k kick) {
 func (c *Conn) pauseWrites() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return 1 << 30 // MUTATION
+	c.paused = true
+	return len(c.queue)
 }
 
 func (c *Conn) resumeWrites(at int, frames ...[]byte) {
