@@ -193,6 +193,7 @@ func (b *Bridge) handleInvoke(c echo.Context, app *config.App, body []byte, kind
 	}
 	result, hints, err := b.execute(c.Request().Context(), app, req, kind, timeout, au)
 	if err != nil {
+		b.log.Error("toolmark store failed", slog.String("call_id", au.id), slog.String("error", err.Error()))
 		au.status = "store_error"
 		b.auditCall(au)
 		return jsonError(c, http.StatusServiceUnavailable, "Bridge store unavailable")

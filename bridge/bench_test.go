@@ -9,7 +9,7 @@ import (
 // BenchmarkCallRoundTrip measures one whole call in process: the agent's signed request, the
 // fake publish, the page's result POST and the agent's answer. CI runs it with -benchtime=1x.
 func BenchmarkCallRoundTrip(b *testing.B) {
-	h := newHarness(b, func(o *Options) { o.Limits.PageBurst, o.Limits.CallBurst = 1 << 30, 1 << 30 })
+	h := newHarness(b, func(o *Options) { o.Limits.PageBurst, o.Limits.CallBurst = 1<<30, 1<<30 })
 	h.withManifest(client1, 1)
 	h.pub.onPub = func(p published) {
 		m := decodeEvent(b, p)

@@ -160,12 +160,14 @@ func checkEncoderReproduces(t *testing.T, msg json.RawMessage) {
 func TestEncoderNeverEmitsInvalid(t *testing.T) {
 	rev := int64(-1)
 	for name, f := range map[string]func() ([]byte, error){
-		"empty id":        func() ([]byte, error) { return EncodeDescribe(client1, "", "x") },
-		"bad clientId":    func() ([]byte, error) { return EncodeCancel("", "c1") },
-		"negative rev":    func() ([]byte, error) { return EncodeCall(client1, "c1", "x", &rev, nil) },
-		"bad tool":        func() ([]byte, error) { return EncodeCall(client1, "c1", "a b", nil, nil) },
-		"invalid input":   func() ([]byte, error) { return EncodeCall(client1, "c1", "x", nil, json.RawMessage("{")) },
-		"input too deep":  func() ([]byte, error) { return EncodeCall(client1, "c1", "x", nil, json.RawMessage(strings.Repeat("[", 64)+strings.Repeat("]", 64))) },
+		"empty id":      func() ([]byte, error) { return EncodeDescribe(client1, "", "x") },
+		"bad clientId":  func() ([]byte, error) { return EncodeCancel("", "c1") },
+		"negative rev":  func() ([]byte, error) { return EncodeCall(client1, "c1", "x", &rev, nil) },
+		"bad tool":      func() ([]byte, error) { return EncodeCall(client1, "c1", "a b", nil, nil) },
+		"invalid input": func() ([]byte, error) { return EncodeCall(client1, "c1", "x", nil, json.RawMessage("{")) },
+		"input too deep": func() ([]byte, error) {
+			return EncodeCall(client1, "c1", "x", nil, json.RawMessage(strings.Repeat("[", 64)+strings.Repeat("]", 64)))
+		},
 		"empty tool name": func() ([]byte, error) { return EncodeDescribe(client1, "c1", "") },
 	} {
 		if out, err := f(); err == nil {

@@ -126,8 +126,12 @@ func (b *Bridge) processPage(ctx context.Context, key ConvKey, body []byte, rate
 	return pm, out
 }
 
-func storeFailed(err error) pageOutcome {
-	_ = err
+// storeFailed answers 503: the message may be retried once the store is back. The refund in
+// processPage keeps such a retry from being rate-limited.
+func (b *Bridge) storeFailed(err error) pageOutcome {
+	if err != nil {
+		b.log.Error("toolmark store failed", slog.String("error", err.Error()))
+	}
 	return reject(http.StatusServiceUnavailable, "Bridge store unavailable")
 }
 
@@ -139,13 +143,13 @@ func (b *Bridge) apply(ctx context.Context, key ConvKey, pm *PageMessage) pageOu
 		// order and the page must not see a failure for a stale-but-valid message.
 		m := Manifest{ClientID: pm.ClientID, Rev: pm.Rev, Tools: pm.Tools}
 		if _, err := b.store.PutManifest(ctx, key, m, b.lim.ManifestTTL); err != nil {
-			return storeFailed(err)
+			return b.storeFailed(err)
 		}
 		return accepted
 	case TypeChanged:
 		current, err := b.store.ChangeRev(ctx, key, pm.ClientID, pm.Rev, b.lim.ManifestTTL)
 		if err != nil {
-			return storeFailed(err)
+			return b.storeFailed(err)
 		}
 		if !current {
 			return reject(http.StatusForbidden, "clientId is not the current one")
@@ -162,7 +166,7 @@ func (b *Bridge) apply(ctx context.Context, key ConvKey, pm *PageMessage) pageOu
 func (b *Bridge) applyResult(ctx context.Context, key ConvKey, pm *PageMessage) pageOutcome {
 	bind, err := b.store.GetBinding(ctx, pm.ID)
 	if err != nil {
-		return storeFailed(err)
+		return b.storeFailed(err)
 	}
 	if bind == nil {
 		return reject(http.StatusNotFound, "Unknown or expired call id")
@@ -180,7 +184,7 @@ func (b *Bridge) applyResult(ctx context.Context, key ConvKey, pm *PageMessage) 
 	}
 	outcome, err := b.store.ClaimResult(ctx, pm.ID, pm.Result, b.now(), confirm, b.lim.ConfirmTTL)
 	if err != nil {
-		return storeFailed(err)
+		return b.storeFailed(err)
 	}
 	switch outcome {
 	case Claimed:
@@ -196,13 +200,13 @@ func (b *Bridge) applyResult(ctx context.Context, key ConvKey, pm *PageMessage) 
 	case ClaimConfirmTaken:
 		return reject(http.StatusConflict, "confirmId already bound")
 	}
-	return storeFailed(nil)
+	return b.storeFailed(nil)
 }
 
 func (b *Bridge) applyConfirmed(ctx context.Context, key ConvKey, pm *PageMessage) pageOutcome {
 	cb, err := b.store.GetConfirm(ctx, pm.ConfirmID)
 	if err != nil {
-		return storeFailed(err)
+		return b.storeFailed(err)
 	}
 	if cb == nil {
 		return reject(http.StatusNotFound, "Unknown or expired confirmId")
@@ -212,7 +216,7 @@ func (b *Bridge) applyConfirmed(ctx context.Context, key ConvKey, pm *PageMessag
 	}
 	ok, err := b.store.ClaimConfirm(ctx, pm.ConfirmID)
 	if err != nil {
-		return storeFailed(err)
+		return b.storeFailed(err)
 	}
 	if !ok {
 		return reject(http.StatusConflict, "Confirmation already received")

@@ -1,0 +1,276 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisStore is the cluster Store: bindings and claims are Redis hashes created add-if-absent
+// and changed only by Lua scripts (atomic), every key carries a PX TTL, and result wake-ups
+// travel over ONE pub/sub channel shared by all nodes — each node holds a single subscription
+// and fans out to its local waiters, so waiting calls cost no Redis connections. A wake-up lost
+// to a reconnect is harmless: the waiter's ClaimTimeout at the deadline returns the stored result.
+type RedisStore struct {
+	rdb    redis.UniversalClient
+	prefix string
+	ps     *redis.PubSub
+
+	mu       sync.Mutex
+	watchers map[string]map[*memWatch]struct{}
+	done     chan struct{}
+}
+
+// NewRedisStore subscribes to the wake-up channel and starts dispatching. prefix namespaces every
+// key and the channel (default "reverbgo:toolmark:"). Close releases the subscription; the
+// client stays the caller's.
+func NewRedisStore(ctx context.Context, rdb redis.UniversalClient, prefix string) (*RedisStore, error) {
+	if prefix == "" {
+		prefix = "reverbgo:toolmark:"
+	}
+	s := &RedisStore{rdb: rdb, prefix: prefix, watchers: map[string]map[*memWatch]struct{}{}, done: make(chan struct{})}
+	s.ps = rdb.Subscribe(ctx, s.channel())
+	if _, err := s.ps.Receive(ctx); err != nil { // wait for the subscription to be live
+		_ = s.ps.Close()
+		return nil, err
+	}
+	go s.dispatch()
+	return s, nil
+}
+
+func (s *RedisStore) channel() string { return s.prefix + "results" }
+func (s *RedisStore) manifestKey(k ConvKey) string {
+	return s.prefix + "m:" + k.App + ":" + k.User + ":" + k.Conversation
+}
+func (s *RedisStore) callKey(id string) string    { return s.prefix + "c:" + id }
+func (s *RedisStore) confirmKey(id string) string { return s.prefix + "f:" + id }
+func (s *RedisStore) ctx() (context.Context, func()) {
+	return context.WithTimeout(context.Background(), 5*time.Second)
+}
+
+// Close stops the subscription.
+func (s *RedisStore) Close() error {
+	err := s.ps.Close()
+	<-s.done
+	return err
+}
+
+func (s *RedisStore) dispatch() {
+	defer close(s.done)
+	for msg := range s.ps.Channel() {
+		s.wake(msg.Payload)
+	}
+}
+
+func (s *RedisStore) wake(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.watchers[id] {
+		close(w.ch)
+	}
+	delete(s.watchers, id)
+}
+
+var putManifestScript = redis.NewScript(`
+local c = redis.call('HMGET', KEYS[1], 'client', 'rev')
+if c[1] == ARGV[1] and tonumber(c[2]) > tonumber(ARGV[2]) then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'client', ARGV[1], 'rev', ARGV[2], 'json', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1`)
+
+// PutManifest implements Store.
+func (s *RedisStore) PutManifest(ctx context.Context, k ConvKey, m Manifest, ttl time.Duration) (bool, error) {
+	js, err := json.Marshal(m)
+	if err != nil {
+		return false, err
+	}
+	n, err := putManifestScript.Run(ctx, s.rdb, []string{s.manifestKey(k)}, m.ClientID, m.Rev, js, ttl.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// GetManifest implements Store.
+func (s *RedisStore) GetManifest(ctx context.Context, k ConvKey) (*Manifest, error) {
+	v, err := s.rdb.HMGet(ctx, s.manifestKey(k), "rev", "json").Result()
+	if err != nil || v[1] == nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal([]byte(v[1].(string)), &m); err != nil {
+		return nil, err
+	}
+	if rev, ok := v[0].(string); ok {
+		_ = json.Unmarshal([]byte(rev), &m.Rev) // the rev field is raised by ChangeRev
+	}
+	return &m, nil
+}
+
+var changeRevScript = redis.NewScript(`
+local c = redis.call('HMGET', KEYS[1], 'client', 'rev')
+if c[1] ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) > tonumber(c[2]) then redis.call('HSET', KEYS[1], 'rev', ARGV[2]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1`)
+
+// ChangeRev implements Store.
+func (s *RedisStore) ChangeRev(ctx context.Context, k ConvKey, clientID string, rev int64, ttl time.Duration) (bool, error) {
+	n, err := changeRevScript.Run(ctx, s.rdb, []string{s.manifestKey(k)}, clientID, rev, ttl.Milliseconds()).Int()
+	return n == 1, err
+}
+
+var bindScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'b', ARGV[1], 'dl', ARGV[2], 'st', '0')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1`)
+
+// Bind implements Store.
+func (s *RedisStore) Bind(ctx context.Context, b Binding, ttl time.Duration) error {
+	js, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	n, err := bindScript.Run(ctx, s.rdb, []string{s.callKey(b.ID)}, js, b.Deadline.UnixMilli(), ttl.Milliseconds()).Int()
+	if err == nil && n == 0 {
+		err = ErrExists
+	}
+	return err
+}
+
+// GetBinding implements Store.
+func (s *RedisStore) GetBinding(ctx context.Context, id string) (*Binding, error) {
+	js, err := s.rdb.HGet(ctx, s.callKey(id), "b").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var b Binding
+	if err := json.Unmarshal([]byte(js), &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// claimResultScript returns the ClaimOutcome number; the order matches the Go constants.
+var claimResultScript = redis.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'st', 'dl')
+if not st[1] then return 1 end
+if st[1] == '1' then return 2 end
+if st[1] == '2' then return 3 end
+if tonumber(ARGV[2]) > tonumber(st[2]) then return 4 end
+if ARGV[3] == '1' then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return 5 end
+  redis.call('HSET', KEYS[2], 'c', ARGV[4], 'claimed', '0')
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+end
+redis.call('HSET', KEYS[1], 'st', '1', 'r', ARGV[1])
+redis.call('PUBLISH', ARGV[6], ARGV[7])
+return 0`)
+
+// ClaimResult implements Store.
+func (s *RedisStore) ClaimResult(ctx context.Context, id string, result json.RawMessage, now time.Time,
+	confirm *ConfirmBinding, confirmTTL time.Duration) (ClaimOutcome, error) {
+	confirmKey, has, cjs := s.confirmKey("-"), "0", []byte("")
+	if confirm != nil {
+		var err error
+		if cjs, err = json.Marshal(confirm); err != nil {
+			return ClaimNotFound, err
+		}
+		confirmKey, has = s.confirmKey(confirm.ConfirmID), "1"
+	}
+	n, err := claimResultScript.Run(ctx, s.rdb, []string{s.callKey(id), confirmKey},
+		[]byte(result), now.UnixMilli(), has, cjs, confirmTTL.Milliseconds(), s.channel(), id).Int()
+	if err != nil {
+		return ClaimNotFound, err
+	}
+	return ClaimOutcome(n), nil
+}
+
+var claimTimeoutScript = redis.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'st', 'r')
+if not st[1] then return {1, ''} end
+if st[1] == '1' then return {0, st[2]} end
+redis.call('HSET', KEYS[1], 'st', '2')
+return {1, ''}`)
+
+// ClaimTimeout implements Store.
+func (s *RedisStore) ClaimTimeout(ctx context.Context, id string) (json.RawMessage, bool, error) {
+	v, err := claimTimeoutScript.Run(ctx, s.rdb, []string{s.callKey(id)}).Slice()
+	if err != nil {
+		return nil, false, err
+	}
+	if len(v) != 2 {
+		return nil, false, errors.New("bridge: unexpected claim reply")
+	}
+	if n, _ := v[0].(int64); n == 1 {
+		return nil, true, nil
+	}
+	r, _ := v[1].(string)
+	return json.RawMessage(r), false, nil
+}
+
+// Watch implements Store. After registering it checks once whether the result is already
+// there, so a result that won before the watch existed is not missed.
+func (s *RedisStore) Watch(id string) (<-chan struct{}, func()) {
+	w := &memWatch{ch: make(chan struct{})}
+	s.mu.Lock()
+	set := s.watchers[id]
+	if set == nil {
+		set = map[*memWatch]struct{}{}
+		s.watchers[id] = set
+	}
+	set[w] = struct{}{}
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if set := s.watchers[id]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(s.watchers, id)
+			}
+		}
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if st, err := s.rdb.HGet(ctx, s.callKey(id), "st").Result(); err == nil && st == "1" {
+		s.wake(id)
+	}
+	return w.ch, release
+}
+
+// GetConfirm implements Store.
+func (s *RedisStore) GetConfirm(ctx context.Context, confirmID string) (*ConfirmBinding, error) {
+	js, err := s.rdb.HGet(ctx, s.confirmKey(confirmID), "c").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c ConfirmBinding
+	if err := json.Unmarshal([]byte(js), &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+var claimConfirmScript = redis.NewScript(`
+local c = redis.call('HGET', KEYS[1], 'claimed')
+if c ~= '0' then return 0 end
+redis.call('HSET', KEYS[1], 'claimed', '1')
+return 1`)
+
+// ClaimConfirm implements Store.
+func (s *RedisStore) ClaimConfirm(ctx context.Context, confirmID string) (bool, error) {
+	n, err := claimConfirmScript.Run(ctx, s.rdb, []string{s.confirmKey(confirmID)}).Int()
+	return n == 1, err
+}
+
+var _ Store = (*RedisStore)(nil)
