@@ -51,11 +51,11 @@ func TestRedisStoreMiniredis(t *testing.T) {
 	})
 }
 
-// TestRedisStoreReal runs the suite against a real server when REDIS_URL is set.
+// TestRedisStoreReal runs the suite against a real server when REVERBGO_TEST_REDIS_URL is set.
 func TestRedisStoreReal(t *testing.T) {
-	u := os.Getenv("REDIS_URL")
+	u := os.Getenv("REVERBGO_TEST_REDIS_URL")
 	if u == "" {
-		t.Skip("REDIS_URL not set")
+		t.Skip("REVERBGO_TEST_REDIS_URL not set")
 	}
 	opt, err := redis.ParseURL(u)
 	if err != nil {
