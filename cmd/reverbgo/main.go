@@ -23,6 +23,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
@@ -66,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	host := fs.String("host", "", "listen host (overrides server.host)")
 	port := fs.Int("port", 0, "listen port (overrides server.port)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); off by default")
+	debugAddr := fs.String("debug-addr", "", "serve /metrics (Prometheus) and /debug/pprof on this address (e.g. 127.0.0.1:6060); off by default")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -92,10 +95,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)
 		return 1
 	}
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if *debugAddr != "" {
-		go func() { logger.Warn("pprof server stopped", "error", http.ListenAndServe(*debugAddr, nil)) }()
+		http.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
+		go func() { logger.Warn("debug server stopped", "error", http.ListenAndServe(*debugAddr, nil)) }()
 	}
-	if err := serve(cfg, logger); err != nil {
+	if err := serve(cfg, logger, metrics); err != nil {
 		logger.Error("server stopped", "error", err)
 		return 1
 	}
@@ -120,7 +126,7 @@ func (a appDirectory) AllApps() []*config.App {
 	return out
 }
 
-func serve(cfg *config.Config, logger *slog.Logger) error {
+func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {
 	hooks := webhooks.New(webhooks.Options{Logger: logger})
 	hooks.SetApps(cfg.Apps)
 
@@ -132,7 +138,16 @@ func serve(cfg *config.Config, logger *slog.Logger) error {
 		Webhooks:  emitter{hooks},
 		Apps:      appDirectory{cfg},
 		Logger:    logger,
+		Metrics:   metrics,
 	})
+	for i := range cfg.Apps {
+		appID := cfg.Apps[i].ID
+		metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "reverbgo_connections",
+			Help:        "Open WebSocket connections on this node.",
+			ConstLabels: prometheus.Labels{"app": appID},
+		}, func() float64 { return float64(srv.ConnectionCount(appID)) }))
+	}
 
 	e := echo.New()
 	e.HideBanner = true
