@@ -293,7 +293,9 @@ func (c *Conn) abort(reason CloseReason) {
 		c.mu.Unlock()
 		return
 	}
-	if !c.closing {
+	// FIX(tests): was `if !c.closing`, so cleanup's abort(CloseClientGone) overwrote the
+	// reason the read loop had recorded (message_too_big) in logs and metrics.
+	if !c.closing && c.reason == CloseNone {
 		c.reason = reason
 	}
 	c.closing = true

@@ -74,6 +74,13 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 		}
 	}
 	s.active.Add(1)
+	// FIX(tests): a connection that passed the draining check above while Shutdown ran,
+	// but joined the socket table after Shutdown walked it, was never told to reconnect
+	// and outlived the drain. draining is set before the walk, so re-checking it after
+	// sockets.add catches every such connection (closeWith is idempotent).
+	if s.draining.Load() {
+		c.closeWith(CloseServerShutdown)
+	}
 	c.lastActivity.Store(s.now().UnixNano())
 	// A fresh goroutine reads: returning lets net/http's connection goroutine end and
 	// release the 8 KiB of bufio buffers it keeps for a hijacked connection.

@@ -1,0 +1,172 @@
+package pusher
+
+import (
+	"testing"
+
+	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/config"
+)
+
+func TestSignin(t *testing.T) {
+	ts := newServer(t)
+	a := ts.connect(t)
+	userData := `{"id":"u1","name":"Ann \"A\"","watchlist":["u2"]}`
+	var d struct {
+		UserData string `json:"user_data"`
+	}
+	ts.signin(a, userData).dataInto(t, &d)
+	if d.UserData != userData {
+		t.Errorf("signin_success user_data %q, want %q", d.UserData, userData)
+	}
+
+	// Only the signed-in user may subscribe to its server-to-user channel, with no auth.
+	a.subscribe("#server-to-user-u1")
+	ts.trigger(t, "#server-to-user-u1", "notice", `{"hello":"u1"}`)
+	if got := a.waitEvent("notice", "#server-to-user-u1").dataString(t); got != `{"hello":"u1"}` {
+		t.Errorf("data %q", got)
+	}
+
+	anon := ts.connect(t)
+	anon.subscribeMsg("#server-to-user-u1", "", "")
+	if code, _ := anon.waitError(); code != 4009 {
+		t.Errorf("anonymous subscribe: %d, want 4009", code)
+	}
+	other := ts.connect(t)
+	ts.signin(other, `{"id":"u2"}`)
+	other.subscribeMsg("#server-to-user-u1", "", "")
+	if code, _ := other.waitError(); code != 4009 {
+		t.Errorf("other user's subscribe: %d, want 4009", code)
+	}
+	// A channel signature does not open it either.
+	other.subscribeMsg("#server-to-user-u1", privateAuth(testKey, testSecret, other.socketID, "#server-to-user-u1"), "")
+	if code, _ := other.waitError(); code != 4009 {
+		t.Errorf("signed subscribe: %d, want 4009", code)
+	}
+	ts.trigger(t, "#server-to-user-u1", "private-note", "x")
+	anon.expectNone("private-note", "")
+	other.expectNone("private-note", "")
+
+	// Client events are not allowed there.
+	a.send(map[string]any{"event": "client-x", "channel": "#server-to-user-u1", "data": "x"})
+	if code, _ := a.waitError(); code != 4301 {
+		t.Errorf("client event on server-to-user: %d, want 4301", code)
+	}
+}
+
+func TestSigninRejected(t *testing.T) {
+	ts := newServer(t)
+	tests := []struct {
+		name     string
+		userData string
+		auth     func(socketID, userData string) string
+		code     int
+	}{
+		{"bad signature", `{"id":"u1"}`, func(s, u string) string { return testKey + ":" + auth.SigninSignature("wrong", s, u) }, 4009},
+		{"channel signature", `{"id":"u1"}`, func(s, u string) string { return privateAuth(testKey, testSecret, s, u) }, 4009},
+		{"no id", `{"name":"x"}`, func(s, u string) string { return testKey + ":" + auth.SigninSignature(testSecret, s, u) }, 4009},
+		{"user_data not JSON", `nope`, func(s, u string) string { return testKey + ":" + auth.SigninSignature(testSecret, s, u) }, 4009},
+		{"no auth", `{"id":"u1"}`, func(string, string) string { return "" }, 4200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ts.connect(t)
+			c.send(map[string]any{"event": "pusher:signin", "data": map[string]any{"auth": tc.auth(c.socketID, tc.userData), "user_data": tc.userData}})
+			if code, msg := c.waitError(); code != tc.code {
+				t.Errorf("code %d (%s), want %d", code, msg, tc.code)
+			}
+			c.expectNone("pusher:signin_success", "")
+			c.subscribeMsg("#server-to-user-u1", "", "")
+			if code, _ := c.waitError(); code != 4009 {
+				t.Errorf("server-to-user after failed signin: %d", code)
+			}
+		})
+	}
+	t.Run("user authentication disabled", func(t *testing.T) {
+		ts := newServer(t, withApp(func(a *config.App) { a.EnableUserAuthentication = boolPtr(false) }))
+		c := ts.connect(t)
+		ud := `{"id":"u1"}`
+		c.send(map[string]any{"event": "pusher:signin", "data": map[string]any{"auth": testKey + ":" + auth.SigninSignature(testSecret, c.socketID, ud), "user_data": ud}})
+		if code, _ := c.waitError(); code != 4009 {
+			t.Errorf("code %d, want 4009", code)
+		}
+		c.expectNone("pusher:signin_success", "")
+	})
+}
+
+func TestTerminateConnections(t *testing.T) {
+	ts := newServer(t)
+	u1a, u1b, u2 := ts.connect(t), ts.connect(t), ts.connect(t)
+	ts.signin(u1a, `{"id":"u1"}`)
+	ts.signin(u1b, `{"id":"u1"}`)
+	ts.signin(u2, `{"id":"u2"}`)
+	p1 := ts.connect(t) // presence user u1, not signed in
+	ts.subscribePresence(p1, "presence-t", `{"user_id":"u1"}`)
+	anon := ts.connect(t)
+	anon.subscribe("public")
+
+	st, body := ts.api(t, "POST", "/apps/"+testAppID+"/users/u1/terminate_connections", nil, []byte(`{}`))
+	if st != 200 {
+		t.Fatalf("%d %s", st, body)
+	}
+	for i, c := range []*client{u1a, u1b, p1} {
+		if code, _ := c.waitError(); code != 4009 {
+			t.Errorf("socket %d: pusher:error %d, want 4009", i, code)
+		}
+		if code := c.waitClose(); code != 4009 {
+			t.Errorf("socket %d: close %d, want 4009", i, code)
+		}
+	}
+	u2.ping()
+	anon.ping()
+	eventually(t, "terminated sockets released", func() bool { return ts.s.ConnectionCount(testAppID) == 2 })
+
+	// Unknown users are fine.
+	if st, body := ts.api(t, "POST", "/apps/"+testAppID+"/users/nobody/terminate_connections", nil, []byte(`{}`)); st != 200 {
+		t.Errorf("unknown user: %d %s", st, body)
+	}
+}
+
+// A socket's user bindings (for terminate_connections) must follow its memberships: none
+// is left behind once it unsubscribes or closes, and one left channel does not unbind a
+// user the socket still is.
+func TestUserBindingsFollowMemberships(t *testing.T) {
+	ts := newServer(t)
+	bound := func(user string, c *client) bool {
+		for _, conn := range ts.s.sockets.userConns(testAppID, user) {
+			if conn.socketID == c.socketID {
+				return true
+			}
+		}
+		return false
+	}
+	c := ts.connect(t)
+	ts.subscribePresence(c, "presence-a", `{"user_id":"u1"}`)
+	ts.subscribePresence(c, "presence-b", `{"user_id":"u1"}`)
+	c.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"presence-a"}}`)
+	c.ping() // the unsubscribe has been handled
+	if !bound("u1", c) {
+		t.Error("still in presence-b as u1, but unbound")
+	}
+	c.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"presence-b"}}`)
+	c.ping()
+	if bound("u1", c) {
+		t.Error("left every presence channel, still bound as u1")
+	}
+
+	// Signing in as another user keeps the presence binding of the first one.
+	ts.subscribePresence(c, "presence-a", `{"user_id":"p"}`)
+	ts.signin(c, `{"id":"p"}`)
+	ts.signin(c, `{"id":"q"}`)
+	if !bound("p", c) || !bound("q", c) {
+		t.Errorf("bindings after signin switch: p=%v q=%v", bound("p", c), bound("q", c))
+	}
+
+	_ = c.ws.Close()
+	eventually(t, "socket released", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
+	ts.s.sockets.usersMu.Lock()
+	n := len(ts.s.sockets.users)
+	ts.s.sockets.usersMu.Unlock()
+	if n != 0 {
+		t.Errorf("%d user bindings left after every socket closed", n)
+	}
+}
