@@ -75,6 +75,10 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 	}
 	s.active.Add(1)
 	c.lastActivity.Store(s.now().UnixNano())
+	c.Send(EventFrame("pusher:connection_established", "", establishedData(c.socketID, app.cfg.ActivityTimeout)))
+	if s.startReader(c) {
+		return
+	}
 	// A fresh goroutine reads: returning lets net/http's connection goroutine end and
 	// release the 8 KiB of bufio buffers it keeps for a hijacked connection.
 	go func() {
@@ -104,8 +108,6 @@ func (c *Conn) readLoop() {
 		}
 		return nil
 	})
-	established := `{"socket_id":"` + c.socketID + `","activity_timeout":` + strconv.Itoa(cfg.ActivityTimeout) + `}`
-	c.Send(EventFrame("pusher:connection_established", "", established))
 
 	for {
 		_, msg, err := c.ws.ReadMessage()
@@ -121,6 +123,60 @@ func (c *Conn) readLoop() {
 		}
 		c.touch()
 		c.handle(msg)
+	}
+}
+
+func establishedData(socketID string, activityTimeout int) string {
+	return `{"socket_id":"` + socketID + `","activity_timeout":` + strconv.Itoa(activityTimeout) + `}`
+}
+
+// onFrame implements frameHandler for polled connections with readLoop's semantics: every
+// frame is activity, every data message goes to handle, pings are answered in kind and a
+// close frame is answered through closeWith.
+func (c *Conn) onFrame(op byte, payload []byte) bool {
+	c.touch()
+	switch op {
+	case opText, opBinary: // readLoop hands every data message to handle, binary too
+		c.handle(payload)
+	case opPing:
+		c.controlPings.Store(true)
+		c.Send(AppendFrame(nil, opPong, payload))
+	case opClose:
+		c.mu.Lock()
+		replied := c.closing
+		c.mu.Unlock()
+		if !replied {
+			c.closeWith(CloseClientGone)
+		}
+		return false
+	}
+	return true
+}
+
+// protocolError answers a violation found by the frame parser, as gorilla does for
+// readLoop: a close frame with the code (1009 for an oversized message), then the socket
+// is dropped.
+func (c *Conn) protocolError(code int) {
+	reason := CloseProtocolError
+	if code == closeTooBig {
+		reason = CloseMessageTooBig
+	}
+	c.closeWith(reason)
+}
+
+// mustAwaitFlush reports whether cleanup would wait for a queued close frame.
+func (c *Conn) mustAwaitFlush() bool {
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if !closing {
+		return false
+	}
+	select {
+	case <-c.flushed:
+		return false
+	default:
+		return true
 	}
 }
 
