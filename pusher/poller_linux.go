@@ -68,6 +68,7 @@ func (s *Server) poller() *poller {
 
 // stopPollers wakes every poller so it sees s.stop closed and exits.
 func (s *Server) stopPollers() {
+	s.pollers.once.Do(func() {}) // waits for a start in progress; none can follow
 	for _, p := range s.pollers.all {
 		var one = [8]byte{1}
 		_, _ = unix.Write(p.wakefd, one[:])
