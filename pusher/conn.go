@@ -63,6 +63,11 @@ type Conn struct {
 
 	rateWindow int64 // unix second of the client-event window (reader goroutine only)
 	rateCount  int
+
+	// Read by a poller (plain TCP on Linux) instead of readLoop: see poller_linux.go.
+	polled atomic.Bool // registered with a poller: only the poller may close the fd
+	fd     int32       // the socket's fd while polled (the poller's key)
+	rd     wsReader    // frame parser state, owned by the poller
 }
 
 // SocketID implements channels.Subscriber.
@@ -306,7 +311,11 @@ func (c *Conn) abort(reason CloseReason) {
 	c.queue = nil
 	c.queuedBytes = 0
 	c.mu.Unlock()
-	_ = c.netConn.Close()
+	if c.polled.Load() {
+		c.dropPolled() // the poller closes the fd once it has deregistered it
+	} else {
+		_ = c.netConn.Close()
+	}
 	close(c.flushed)
 }
 
@@ -316,6 +325,12 @@ func (c *Conn) finishClose() {
 	defer close(c.flushed)
 	if tc, ok := c.netConn.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
+		if c.polled.Load() {
+			// A poller never blocks in read, so a deadline would not fire: end reading
+			// after the grace instead (a no-op if the socket is gone by then).
+			time.AfterFunc(closeGrace, c.endPolledRead)
+			return
+		}
 		_ = c.netConn.SetReadDeadline(time.Now().Add(closeGrace))
 		return
 	}

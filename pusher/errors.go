@@ -20,6 +20,7 @@ const (
 	CloseTerminated
 	CloseMessageTooBig
 	CloseWriteError
+	CloseProtocolError
 )
 
 type closeInfo struct {
@@ -42,6 +43,7 @@ var closeInfos = [...]closeInfo{
 	CloseTerminated:          {4009, "Connection terminated by the server", "terminated"},
 	CloseMessageTooBig:       {1009, "Message too big", "message_too_big"},
 	CloseWriteError:          {1006, "", "write_error"},
+	CloseProtocolError:       {1002, "", "protocol_error"},
 }
 
 // Code is the WebSocket close code sent for r.

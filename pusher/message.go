@@ -31,8 +31,11 @@ var errMalformed = errors.New("invalid message format")
 // DecodeClientMessage parses one client frame. It never panics on arbitrary input.
 func DecodeClientMessage(b []byte) (ClientMessage, error) {
 	var m ClientMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return m, errMalformed
+	if !fastClientMessage(b, &m) {
+		m = ClientMessage{}
+		if err := json.Unmarshal(b, &m); err != nil {
+			return m, errMalformed
+		}
 	}
 	if m.Event == "" {
 		return m, errMalformed
@@ -60,8 +63,11 @@ func DecodeSubscribe(data json.RawMessage) (SubscribeData, error) {
 	if err != nil || len(d) == 0 || d[0] != '{' {
 		return s, errMalformed
 	}
-	if err := json.Unmarshal(d, &s); err != nil {
-		return s, errMalformed
+	if !fastSubscribe(d, &s) {
+		s = SubscribeData{}
+		if err := json.Unmarshal(d, &s); err != nil {
+			return s, errMalformed
+		}
 	}
 	if s.Channel == "" {
 		return s, errMalformed

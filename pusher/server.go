@@ -55,6 +55,7 @@ type Server struct {
 	upgrader websocket.Upgrader
 
 	flushers []*flusher
+	pollers  pollerSet
 
 	draining atomic.Bool
 	stop     chan struct{}
@@ -168,7 +169,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	// Flushers and the sweeper stop only after the close frames went out.
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.stopOnce.Do(func() { close(s.stop); s.stopPollers() })
 	s.wg.Wait()
 	return err
 }

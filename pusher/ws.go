@@ -1,6 +1,7 @@
 package pusher
 
 import (
+	"bufio"
 	"errors"
 	"net"
 	"net/http"
@@ -17,61 +18,36 @@ import (
 // the upgrade as pusher:error plus a close frame with the same code, as Pusher does, so
 // pusher-js sees the code and knows whether to reconnect.
 func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) {
-	ws, err := s.upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		return // the upgrader already answered with an HTTP error
-	}
 	app := s.appsKey[appKey]
-	refuse := func(reason CloseReason) {
-		nc := ws.NetConn()
-		frames := net.Buffers{errorFrame(reason.Code(), reason.Message()), closeFrame(reason.Code(), reason.Message())}
-		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = frames.WriteTo(nc)
-		if tc, ok := nc.(interface{ CloseWrite() error }); ok {
-			_ = tc.CloseWrite()
-			_ = nc.SetReadDeadline(time.Now().Add(closeGrace))
-			_, _, _ = ws.ReadMessage()
+	if reason := s.admit(app, r); reason != CloseNone {
+		if ws, err := s.upgrader.Upgrade(w, r, nil); err == nil {
+			s.refuse(ws, reason)
 		}
-		_ = nc.Close()
-		s.log.Debug("connection refused", "reason", reason.String(), "code", reason.Code())
-	}
-	switch {
-	case s.draining.Load():
-		refuse(CloseServerShutdown)
-		return
-	case app == nil:
-		refuse(CloseAppNotFound)
-		return
-	case !app.cfg.IsEnabled():
-		refuse(CloseAppDisabled)
-		return
-	case !originAllowed(r.Header.Get("Origin"), app.cfg.AllowedOrigins):
-		refuse(CloseOriginNotAllowed)
-		return
-	case !protocolSupported(r.URL.Query()):
-		refuse(CloseUnsupportedProtocol)
 		return
 	}
-	if max := app.cfg.MaxConnections; max > 0 && app.conns.Add(1) > int64(max) {
+	// connection_established leaves in the same write as the 101 response: on loopback
+	// and LANs a write costs far more than its bytes, and this saves one per connection.
+	socketID := s.unusedSocketID()
+	uw := &upgradeWriter{ResponseWriter: w}
+	uw.conn.first = EventFrame("pusher:connection_established", "", establishedData(socketID, app.cfg.ActivityTimeout))
+	ws, err := s.upgrader.Upgrade(uw, r, nil)
+	if err != nil {
 		app.conns.Add(-1)
-		refuse(CloseOverQuota)
-		return
-	} else if max <= 0 {
-		app.conns.Add(1)
+		return // the upgrader already answered with an HTTP error or closed the socket
 	}
-
-	c := &Conn{srv: s, app: app, ws: ws, netConn: ws.NetConn(), maxBytes: s.maxQueue, flushed: make(chan struct{})}
+	c := &Conn{srv: s, app: app, ws: ws, netConn: uw.conn.Conn, socketID: socketID, maxBytes: s.maxQueue, flushed: make(chan struct{})}
 	if tc, ok := c.netConn.(*net.TCPConn); ok {
 		if rc, err := tc.SyscallConn(); err == nil {
 			c.raw = rc
 		}
 	}
-	for {
-		c.socketID = newSocketID()
-		c.fl = s.flushers[int(fastrandn(uint32(len(s.flushers))))]
-		if s.sockets.add(c) {
-			break
-		}
+	c.fl = s.flushers[int(fastrandn(uint32(len(s.flushers))))]
+	if !s.sockets.add(c) {
+		// Another socket took this random 80-bit id since unusedSocketID looked: the
+		// client was already told the id, so drop it and let it reconnect.
+		_ = c.netConn.Close()
+		app.conns.Add(-1)
+		return
 	}
 	s.active.Add(1)
 	// FIX(tests): a connection that passed the draining check above while Shutdown ran,
@@ -82,12 +58,96 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 		c.closeWith(CloseServerShutdown)
 	}
 	c.lastActivity.Store(s.now().UnixNano())
+	if s.startReader(c) {
+		return
+	}
 	// A fresh goroutine reads: returning lets net/http's connection goroutine end and
 	// release the 8 KiB of bufio buffers it keeps for a hijacked connection.
 	go func() {
 		defer s.active.Done()
 		c.readLoop()
 	}()
+}
+
+// admit runs the checks that may refuse a connection and counts an admitted one against
+// the app's quota.
+func (s *Server) admit(app *appState, r *http.Request) CloseReason {
+	switch {
+	case s.draining.Load():
+		return CloseServerShutdown
+	case app == nil:
+		return CloseAppNotFound
+	case !app.cfg.IsEnabled():
+		return CloseAppDisabled
+	case !originAllowed(r.Header.Get("Origin"), app.cfg.AllowedOrigins):
+		return CloseOriginNotAllowed
+	case !protocolSupported(r.URL.Query()):
+		return CloseUnsupportedProtocol
+	}
+	if max := app.cfg.MaxConnections; max > 0 && app.conns.Add(1) > int64(max) {
+		app.conns.Add(-1)
+		return CloseOverQuota
+	} else if max <= 0 {
+		app.conns.Add(1)
+	}
+	return CloseNone
+}
+
+// refuse sends pusher:error and a close frame, then waits briefly for the peer's close.
+func (s *Server) refuse(ws *websocket.Conn, reason CloseReason) {
+	nc := ws.NetConn()
+	frames := net.Buffers{errorFrame(reason.Code(), reason.Message()), closeFrame(reason.Code(), reason.Message())}
+	_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = frames.WriteTo(nc)
+	if tc, ok := nc.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+		_ = nc.SetReadDeadline(time.Now().Add(closeGrace))
+		_, _, _ = ws.ReadMessage()
+	}
+	_ = nc.Close()
+	s.log.Debug("connection refused", "reason", reason.String(), "code", reason.Code())
+}
+
+// unusedSocketID draws socket ids until one is not taken.
+func (s *Server) unusedSocketID() string {
+	for {
+		if id := newSocketID(); s.sockets.get(id) == nil {
+			return id
+		}
+	}
+}
+
+// upgradeWriter hands gorilla's Upgrade a connection whose first write (the 101 response)
+// carries first after it, in the same syscall.
+type upgradeWriter struct {
+	http.ResponseWriter
+	conn firstWriteConn
+}
+
+func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(u.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	u.conn.Conn = nc
+	return &u.conn, brw, nil
+}
+
+// firstWriteConn appends first to the first Write; it is only used during the upgrade
+// (and by gorilla's reader on the goroutine path, which only reads through it).
+type firstWriteConn struct {
+	net.Conn
+	first []byte
+}
+
+func (f *firstWriteConn) Write(p []byte) (int, error) {
+	if f.first == nil {
+		return f.Conn.Write(p)
+	}
+	b := append(append(make([]byte, 0, len(p)+len(f.first)), p...), f.first...)
+	f.first = nil
+	n, err := f.Conn.Write(b)
+	return min(n, len(p)), err
 }
 
 // readLoop runs on the upgrading goroutine for the connection's whole life.
@@ -111,8 +171,6 @@ func (c *Conn) readLoop() {
 		}
 		return nil
 	})
-	established := `{"socket_id":"` + c.socketID + `","activity_timeout":` + strconv.Itoa(cfg.ActivityTimeout) + `}`
-	c.Send(EventFrame("pusher:connection_established", "", established))
 
 	for {
 		_, msg, err := c.ws.ReadMessage()
@@ -128,6 +186,60 @@ func (c *Conn) readLoop() {
 		}
 		c.touch()
 		c.handle(msg)
+	}
+}
+
+func establishedData(socketID string, activityTimeout int) string {
+	return `{"socket_id":"` + socketID + `","activity_timeout":` + strconv.Itoa(activityTimeout) + `}`
+}
+
+// onFrame implements frameHandler for polled connections with readLoop's semantics: every
+// frame is activity, every data message goes to handle, pings are answered in kind and a
+// close frame is answered through closeWith.
+func (c *Conn) onFrame(op byte, payload []byte) bool {
+	c.touch()
+	switch op {
+	case opText, opBinary: // readLoop hands every data message to handle, binary too
+		c.handle(payload)
+	case opPing:
+		c.controlPings.Store(true)
+		c.Send(AppendFrame(nil, opPong, payload))
+	case opClose:
+		c.mu.Lock()
+		replied := c.closing
+		c.mu.Unlock()
+		if !replied {
+			c.closeWith(CloseClientGone)
+		}
+		return false
+	}
+	return true
+}
+
+// protocolError answers a violation found by the frame parser, as gorilla does for
+// readLoop: a close frame with the code (1009 for an oversized message), then the socket
+// is dropped.
+func (c *Conn) protocolError(code int) {
+	reason := CloseProtocolError
+	if code == closeTooBig {
+		reason = CloseMessageTooBig
+	}
+	c.closeWith(reason)
+}
+
+// mustAwaitFlush reports whether cleanup would wait for a queued close frame.
+func (c *Conn) mustAwaitFlush() bool {
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if !closing {
+		return false
+	}
+	select {
+	case <-c.flushed:
+		return false
+	default:
+		return true
 	}
 }
 

@@ -1,0 +1,182 @@
+package pusher
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// event is what the parser reported, for comparing runs.
+type event struct {
+	op      byte
+	payload string
+}
+
+// recorder is a frameHandler that keeps every event; it stops after a close frame as the
+// connection does.
+type recorder struct{ events []event }
+
+func (r *recorder) onFrame(op byte, p []byte) bool {
+	r.events = append(r.events, event{op, string(p)})
+	return op != opClose
+}
+
+// clientFrame builds a masked client frame; first carries FIN|RSV|opcode as is.
+func clientFrame(first byte, payload []byte, mask bool) []byte {
+	n := len(payload)
+	b := []byte{first}
+	mbit := byte(0)
+	if mask {
+		mbit = 0x80
+	}
+	switch {
+	case n < 126:
+		b = append(b, mbit|byte(n))
+	case n <= 0xFFFF:
+		b = append(b, mbit|126, byte(n>>8), byte(n))
+	default:
+		b = append(b, mbit|127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	if !mask {
+		return append(b, payload...)
+	}
+	key := [4]byte{0x37, 0xfa, 0x21, 0x3d}
+	b = append(b, key[:]...)
+	for i, c := range payload {
+		b = append(b, c^key[i&3])
+	}
+	return b
+}
+
+func text(s string) []byte { return clientFrame(0x80|opText, []byte(s), true) }
+
+func cat(frames ...[]byte) []byte { return bytes.Join(frames, nil) }
+
+// run feeds input in the given piece sizes (cycled; nil = all at once) and returns the
+// events and the first non-zero result.
+func run(input []byte, limit int, pieces []int) ([]event, int) {
+	var r wsReader
+	rec := &recorder{}
+	data := append([]byte(nil), input...) // feed unmasks in place
+	for i := 0; len(data) > 0; i++ {
+		k := len(data)
+		if len(pieces) > 0 {
+			k = min(pieces[i%len(pieces)], len(data))
+		}
+		if res := r.feed(data[:k], limit, rec); res != 0 {
+			return rec.events, res
+		}
+		data = data[k:]
+	}
+	return rec.events, 0
+}
+
+func TestFrameParser(t *testing.T) {
+	big := strings.Repeat("x", 300)
+	huge := strings.Repeat("y", 70000)
+	closeOK := binary.BigEndian.AppendUint16(nil, 1000)
+	tests := []struct {
+		name   string
+		in     []byte
+		limit  int
+		want   []event
+		result int
+	}{
+		{"text", text(`{"event":"pusher:ping"}`), 0, []event{{opText, `{"event":"pusher:ping"}`}}, 0},
+		{"empty text", text(""), 0, []event{{opText, ""}}, 0},
+		{"binary", clientFrame(0x80|opBinary, []byte{0, 1, 2}, true), 0, []event{{opBinary, "\x00\x01\x02"}}, 0},
+		{"two in one read", cat(text("a"), text("bc")), 0, []event{{opText, "a"}, {opText, "bc"}}, 0},
+		{"16-bit length", text(big), 0, []event{{opText, big}}, 0},
+		{"64-bit length", text(huge), 0, []event{{opText, huge}}, 0},
+		{"fragmented", cat(clientFrame(opText, []byte("he"), true), clientFrame(opContinuation, []byte("ll"), true), clientFrame(0x80|opContinuation, []byte("o"), true)), 0,
+			[]event{{opContinuation, ""}, {opContinuation, ""}, {opText, "hello"}}, 0},
+		{"ping inside fragments", cat(clientFrame(opText, []byte("a"), true), clientFrame(0x80|opPing, []byte("p"), true), clientFrame(0x80|opContinuation, []byte("b"), true)), 0,
+			[]event{{opContinuation, ""}, {opPing, "p"}, {opText, "ab"}}, 0},
+		{"ping pong", cat(clientFrame(0x80|opPing, []byte("hi"), true), clientFrame(0x80|opPong, nil, true)), 0, []event{{opPing, "hi"}, {opPong, ""}}, 0},
+		{"close stops", cat(clientFrame(0x80|opClose, append(closeOK, "bye"...), true), text("after")), 0, []event{{opClose, "\x03\xe8bye"}}, feedStop},
+		{"close without code", clientFrame(0x80|opClose, nil, true), 0, []event{{opClose, ""}}, feedStop},
+		{"unmasked", clientFrame(0x80|opText, []byte("a"), false), 0, nil, closeProtocolError},
+		{"unmasked after good", cat(text("a"), clientFrame(0x80|opText, []byte("b"), false)), 0, []event{{opText, "a"}}, closeProtocolError},
+		{"rsv1", clientFrame(0xC0|opText, []byte("a"), true), 0, nil, closeProtocolError},
+		{"rsv3", clientFrame(0x90|opText, []byte("a"), true), 0, nil, closeProtocolError},
+		{"opcode 3", clientFrame(0x83, []byte("a"), true), 0, nil, closeProtocolError},
+		{"opcode 0xB", clientFrame(0x8B, nil, true), 0, nil, closeProtocolError},
+		{"continuation first", clientFrame(0x80|opContinuation, []byte("a"), true), 0, nil, closeProtocolError},
+		{"text inside fragments", cat(clientFrame(opText, []byte("a"), true), text("b")), 0, []event{{opContinuation, ""}}, closeProtocolError},
+		{"fragmented ping", clientFrame(opPing, nil, true), 0, nil, closeProtocolError},
+		{"ping too long", clientFrame(0x80|opPing, []byte(big[:126]), true), 0, nil, closeProtocolError},
+		{"bad close code", clientFrame(0x80|opClose, binary.BigEndian.AppendUint16(nil, 1005), true), 0, nil, closeProtocolError},
+		{"close reason not utf-8", clientFrame(0x80|opClose, append(closeOK, 0xff), true), 0, nil, closeProtocolError},
+		{"length msb set", []byte{0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}, 0, nil, closeProtocolError},
+		{"at limit", text("12345"), 5, []event{{opText, "12345"}}, 0},
+		{"over limit", text("123456"), 5, nil, closeTooBig},
+		{"control ignores limit", clientFrame(0x80|opPing, []byte("123456"), true), 5, []event{{opPing, "123456"}}, 0},
+		{"fragments over limit", cat(clientFrame(opText, []byte("123"), true), clientFrame(0x80|opContinuation, []byte("456"), true)), 5, []event{{opContinuation, ""}}, closeTooBig},
+		{"huge over limit", text(huge), 10000, nil, closeTooBig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := fmt.Sprint(tt.want, tt.result)
+			if got, res := run(tt.in, tt.limit, nil); fmt.Sprint(got, res) != want {
+				t.Fatalf("whole: got %v %d, want %s", got, res, want)
+			}
+			// The same stream split at every byte boundary, and fed a byte at a time.
+			for cut := 1; cut < len(tt.in); cut++ {
+				if len(tt.in) > 512 && cut > 32 && cut < len(tt.in)-32 && cut%997 != 0 {
+					continue // long payloads: every header boundary, then a sample
+				}
+				if got, res := run(tt.in, tt.limit, []int{cut, len(tt.in)}); fmt.Sprint(got, res) != want {
+					t.Fatalf("split at %d: got %v %d, want %s", cut, got, res, want)
+				}
+			}
+			if got, res := run(tt.in, tt.limit, []int{1}); fmt.Sprint(got, res) != want {
+				t.Fatalf("bytewise: got %v %d, want %s", got, res, want)
+			}
+		})
+	}
+}
+
+// TestFrameParserIdleHoldsNothing checks that no buffer survives a completed frame.
+func TestFrameParserIdleHoldsNothing(t *testing.T) {
+	var r wsReader
+	rec := &recorder{}
+	in := cat(clientFrame(opText, []byte("ab"), true), clientFrame(0x80|opContinuation, []byte("c"), true))
+	for i := range in {
+		if res := r.feed(in[i:i+1], 0, rec); res != 0 {
+			t.Fatal(res)
+		}
+	}
+	if r.partial != nil || r.msg != nil || r.inMsg {
+		t.Fatalf("reader holds state after a complete message: %+v", r)
+	}
+}
+
+// FuzzFrameParser checks that any stream, in any split, parses the same as when it comes
+// whole, never panics, and never leaves a buffer behind between frames.
+func FuzzFrameParser(f *testing.F) {
+	closeOK := binary.BigEndian.AppendUint16(nil, 1000)
+	f.Add(text(`{"event":"pusher:subscribe","data":{"channel":"a"}}`), uint8(3), 100)
+	f.Add(cat(clientFrame(opText, []byte("he"), true), clientFrame(0x80|opPing, nil, true), clientFrame(0x80|opContinuation, []byte("llo"), true)), uint8(1), 0)
+	f.Add(text(strings.Repeat("z", 200)), uint8(7), 150)
+	f.Add(clientFrame(0x80|opClose, append(closeOK, "bye"...), true), uint8(2), 0)
+	f.Add(clientFrame(0x80|opText, []byte("a"), false), uint8(1), 0)
+	f.Add([]byte{0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}, uint8(5), 0)
+	f.Fuzz(func(t *testing.T, in []byte, piece uint8, limit int) {
+		if limit < 0 || limit > 1<<20 {
+			limit = 1 << 20 // keep the fuzzer's allocations bounded
+		}
+		wantEv, wantRes := run(in, limit, nil)
+		gotEv, gotRes := run(in, limit, []int{int(piece%16) + 1})
+		if fmt.Sprint(gotEv, gotRes) != fmt.Sprint(wantEv, wantRes) {
+			t.Fatalf("split by %d: %v %d, whole: %v %d", piece%16+1, gotEv, gotRes, wantEv, wantRes)
+		}
+		for _, e := range gotEv {
+			if (e.op == opText || e.op == opBinary) && limit > 0 && len(e.payload) > limit {
+				t.Fatalf("message of %d bytes passed limit %d", len(e.payload), limit)
+			}
+		}
+	})
+}
