@@ -311,6 +311,9 @@ func (ts *tserver) connect(t testing.TB) *client {
 	}
 	ev.dataInto(t, &d)
 	c.socketID = d.SocketID
+	// connection_established leaves with the 101 response, a moment before the server
+	// registers the socket: wait for that so tests may look it up at once.
+	eventually(t, "socket registered", func() bool { return ts.s.sockets.get(d.SocketID) != nil })
 	return c
 }
 

@@ -62,6 +62,7 @@ type Server struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	active   sync.WaitGroup // live connections, for shutdown
+	activeMu sync.Mutex     // orders active.Add against Shutdown setting draining
 }
 
 // NewServer builds a server over a validated config.
@@ -157,7 +158,9 @@ func (s *Server) publish(ctx context.Context, appID, channel, event, data, excep
 // Shutdown tells every client to reconnect (4200) and waits until their sockets are closed
 // or ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.activeMu.Lock()
 	s.draining.Store(true)
+	s.activeMu.Unlock()
 	s.sockets.each(func(c *Conn) { c.closeWith(CloseServerShutdown) })
 	done := make(chan struct{})
 	go func() { s.active.Wait(); close(done) }()

@@ -49,14 +49,19 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 		app.conns.Add(-1)
 		return
 	}
-	s.active.Add(1)
-	// FIX(tests): a connection that passed the draining check above while Shutdown ran,
-	// but joined the socket table after Shutdown walked it, was never told to reconnect
-	// and outlived the drain. draining is set before the walk, so re-checking it after
-	// sockets.add catches every such connection (closeWith is idempotent).
+	// draining is checked and active counted under one lock that Shutdown also takes to
+	// set draining, so no connection is counted after Shutdown starts waiting and none
+	// added before the check escapes Shutdown's walk of the socket table.
+	s.activeMu.Lock()
 	if s.draining.Load() {
-		c.closeWith(CloseServerShutdown)
+		s.activeMu.Unlock()
+		s.sockets.remove(c)
+		_ = c.netConn.Close() // pusher-js reconnects at once after an abnormal close
+		app.conns.Add(-1)
+		return
 	}
+	s.active.Add(1)
+	s.activeMu.Unlock()
 	c.lastActivity.Store(s.now().UnixNano())
 	if s.startReader(c) {
 		return

@@ -43,6 +43,7 @@ func TestConnectionEstablished(t *testing.T) {
 	if d.ActivityTimeout != 42 {
 		t.Errorf("activity_timeout = %d, want 42", d.ActivityTimeout)
 	}
+	eventually(t, "socket registered", func() bool { return ts.s.sockets.get(d.SocketID) != nil })
 	if n := ts.s.ConnectionCount(testAppID); n != 1 {
 		t.Errorf("ConnectionCount = %d, want 1", n)
 	}

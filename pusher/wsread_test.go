@@ -8,18 +8,18 @@ import (
 	"testing"
 )
 
-// event is what the parser reported, for comparing runs.
-type event struct {
+// parsedFrame is what the parser reported, for comparing runs.
+type parsedFrame struct {
 	op      byte
 	payload string
 }
 
-// recorder is a frameHandler that keeps every event; it stops after a close frame as the
+// frameRecorder is a frameHandler that keeps every parsedFrame; it stops after a close frame as the
 // connection does.
-type recorder struct{ events []event }
+type frameRecorder struct{ events []parsedFrame }
 
-func (r *recorder) onFrame(op byte, p []byte) bool {
-	r.events = append(r.events, event{op, string(p)})
+func (r *frameRecorder) onFrame(op byte, p []byte) bool {
+	r.events = append(r.events, parsedFrame{op, string(p)})
 	return op != opClose
 }
 
@@ -57,9 +57,9 @@ func cat(frames ...[]byte) []byte { return bytes.Join(frames, nil) }
 
 // run feeds input in the given piece sizes (cycled; nil = all at once) and returns the
 // events and the first non-zero result.
-func run(input []byte, limit int, pieces []int) ([]event, int) {
+func run(input []byte, limit int, pieces []int) ([]parsedFrame, int) {
 	var r wsReader
-	rec := &recorder{}
+	rec := &frameRecorder{}
 	data := append([]byte(nil), input...) // feed unmasks in place
 	for i := 0; len(data) > 0; i++ {
 		k := len(data)
@@ -82,39 +82,39 @@ func TestFrameParser(t *testing.T) {
 		name   string
 		in     []byte
 		limit  int
-		want   []event
+		want   []parsedFrame
 		result int
 	}{
-		{"text", text(`{"event":"pusher:ping"}`), 0, []event{{opText, `{"event":"pusher:ping"}`}}, 0},
-		{"empty text", text(""), 0, []event{{opText, ""}}, 0},
-		{"binary", clientFrame(0x80|opBinary, []byte{0, 1, 2}, true), 0, []event{{opBinary, "\x00\x01\x02"}}, 0},
-		{"two in one read", cat(text("a"), text("bc")), 0, []event{{opText, "a"}, {opText, "bc"}}, 0},
-		{"16-bit length", text(big), 0, []event{{opText, big}}, 0},
-		{"64-bit length", text(huge), 0, []event{{opText, huge}}, 0},
+		{"text", text(`{"parsedFrame":"pusher:ping"}`), 0, []parsedFrame{{opText, `{"parsedFrame":"pusher:ping"}`}}, 0},
+		{"empty text", text(""), 0, []parsedFrame{{opText, ""}}, 0},
+		{"binary", clientFrame(0x80|opBinary, []byte{0, 1, 2}, true), 0, []parsedFrame{{opBinary, "\x00\x01\x02"}}, 0},
+		{"two in one read", cat(text("a"), text("bc")), 0, []parsedFrame{{opText, "a"}, {opText, "bc"}}, 0},
+		{"16-bit length", text(big), 0, []parsedFrame{{opText, big}}, 0},
+		{"64-bit length", text(huge), 0, []parsedFrame{{opText, huge}}, 0},
 		{"fragmented", cat(clientFrame(opText, []byte("he"), true), clientFrame(opContinuation, []byte("ll"), true), clientFrame(0x80|opContinuation, []byte("o"), true)), 0,
-			[]event{{opContinuation, ""}, {opContinuation, ""}, {opText, "hello"}}, 0},
+			[]parsedFrame{{opContinuation, ""}, {opContinuation, ""}, {opText, "hello"}}, 0},
 		{"ping inside fragments", cat(clientFrame(opText, []byte("a"), true), clientFrame(0x80|opPing, []byte("p"), true), clientFrame(0x80|opContinuation, []byte("b"), true)), 0,
-			[]event{{opContinuation, ""}, {opPing, "p"}, {opText, "ab"}}, 0},
-		{"ping pong", cat(clientFrame(0x80|opPing, []byte("hi"), true), clientFrame(0x80|opPong, nil, true)), 0, []event{{opPing, "hi"}, {opPong, ""}}, 0},
-		{"close stops", cat(clientFrame(0x80|opClose, append(closeOK, "bye"...), true), text("after")), 0, []event{{opClose, "\x03\xe8bye"}}, feedStop},
-		{"close without code", clientFrame(0x80|opClose, nil, true), 0, []event{{opClose, ""}}, feedStop},
+			[]parsedFrame{{opContinuation, ""}, {opPing, "p"}, {opText, "ab"}}, 0},
+		{"ping pong", cat(clientFrame(0x80|opPing, []byte("hi"), true), clientFrame(0x80|opPong, nil, true)), 0, []parsedFrame{{opPing, "hi"}, {opPong, ""}}, 0},
+		{"close stops", cat(clientFrame(0x80|opClose, append(closeOK, "bye"...), true), text("after")), 0, []parsedFrame{{opClose, "\x03\xe8bye"}}, feedStop},
+		{"close without code", clientFrame(0x80|opClose, nil, true), 0, []parsedFrame{{opClose, ""}}, feedStop},
 		{"unmasked", clientFrame(0x80|opText, []byte("a"), false), 0, nil, closeProtocolError},
-		{"unmasked after good", cat(text("a"), clientFrame(0x80|opText, []byte("b"), false)), 0, []event{{opText, "a"}}, closeProtocolError},
+		{"unmasked after good", cat(text("a"), clientFrame(0x80|opText, []byte("b"), false)), 0, []parsedFrame{{opText, "a"}}, closeProtocolError},
 		{"rsv1", clientFrame(0xC0|opText, []byte("a"), true), 0, nil, closeProtocolError},
 		{"rsv3", clientFrame(0x90|opText, []byte("a"), true), 0, nil, closeProtocolError},
 		{"opcode 3", clientFrame(0x83, []byte("a"), true), 0, nil, closeProtocolError},
 		{"opcode 0xB", clientFrame(0x8B, nil, true), 0, nil, closeProtocolError},
 		{"continuation first", clientFrame(0x80|opContinuation, []byte("a"), true), 0, nil, closeProtocolError},
-		{"text inside fragments", cat(clientFrame(opText, []byte("a"), true), text("b")), 0, []event{{opContinuation, ""}}, closeProtocolError},
+		{"text inside fragments", cat(clientFrame(opText, []byte("a"), true), text("b")), 0, []parsedFrame{{opContinuation, ""}}, closeProtocolError},
 		{"fragmented ping", clientFrame(opPing, nil, true), 0, nil, closeProtocolError},
 		{"ping too long", clientFrame(0x80|opPing, []byte(big[:126]), true), 0, nil, closeProtocolError},
 		{"bad close code", clientFrame(0x80|opClose, binary.BigEndian.AppendUint16(nil, 1005), true), 0, nil, closeProtocolError},
 		{"close reason not utf-8", clientFrame(0x80|opClose, append(closeOK, 0xff), true), 0, nil, closeProtocolError},
 		{"length msb set", []byte{0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}, 0, nil, closeProtocolError},
-		{"at limit", text("12345"), 5, []event{{opText, "12345"}}, 0},
+		{"at limit", text("12345"), 5, []parsedFrame{{opText, "12345"}}, 0},
 		{"over limit", text("123456"), 5, nil, closeTooBig},
-		{"control ignores limit", clientFrame(0x80|opPing, []byte("123456"), true), 5, []event{{opPing, "123456"}}, 0},
-		{"fragments over limit", cat(clientFrame(opText, []byte("123"), true), clientFrame(0x80|opContinuation, []byte("456"), true)), 5, []event{{opContinuation, ""}}, closeTooBig},
+		{"control ignores limit", clientFrame(0x80|opPing, []byte("123456"), true), 5, []parsedFrame{{opPing, "123456"}}, 0},
+		{"fragments over limit", cat(clientFrame(opText, []byte("123"), true), clientFrame(0x80|opContinuation, []byte("456"), true)), 5, []parsedFrame{{opContinuation, ""}}, closeTooBig},
 		{"huge over limit", text(huge), 10000, nil, closeTooBig},
 	}
 	for _, tt := range tests {
@@ -142,7 +142,7 @@ func TestFrameParser(t *testing.T) {
 // TestFrameParserIdleHoldsNothing checks that no buffer survives a completed frame.
 func TestFrameParserIdleHoldsNothing(t *testing.T) {
 	var r wsReader
-	rec := &recorder{}
+	rec := &frameRecorder{}
 	in := cat(clientFrame(opText, []byte("ab"), true), clientFrame(0x80|opContinuation, []byte("c"), true))
 	for i := range in {
 		if res := r.feed(in[i:i+1], 0, rec); res != 0 {
@@ -158,7 +158,7 @@ func TestFrameParserIdleHoldsNothing(t *testing.T) {
 // whole, never panics, and never leaves a buffer behind between frames.
 func FuzzFrameParser(f *testing.F) {
 	closeOK := binary.BigEndian.AppendUint16(nil, 1000)
-	f.Add(text(`{"event":"pusher:subscribe","data":{"channel":"a"}}`), uint8(3), 100)
+	f.Add(text(`{"parsedFrame":"pusher:subscribe","data":{"channel":"a"}}`), uint8(3), 100)
 	f.Add(cat(clientFrame(opText, []byte("he"), true), clientFrame(0x80|opPing, nil, true), clientFrame(0x80|opContinuation, []byte("llo"), true)), uint8(1), 0)
 	f.Add(text(strings.Repeat("z", 200)), uint8(7), 150)
 	f.Add(clientFrame(0x80|opClose, append(closeOK, "bye"...), true), uint8(2), 0)
