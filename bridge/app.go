@@ -212,7 +212,7 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 	if err != nil {
 		return nil, Hints{}, err
 	}
-	if m == nil {
+	if m == nil || !b.pageSubscribed(app.ID, key) {
 		au.reason = "no_page"
 		return errorResult("No page is connected"), Hints{}, nil
 	}
@@ -369,4 +369,15 @@ func (b *Bridge) handleMessages(c echo.Context, app *config.App, body []byte) er
 	}()
 	b.auditPage(key, pm, out, start)
 	return writePage(c, out)
+}
+
+// pageSubscribed reports whether a page can receive the call: when Sockets can tell, some
+// socket must be subscribed to the conversation's channel; otherwise a stored manifest is
+// taken as a connected page.
+func (b *Bridge) pageSubscribed(appID string, key ConvKey) bool {
+	occ, ok := b.sockets.(Occupancy)
+	if !ok {
+		return true
+	}
+	return occ.Subscribed(appID, Channel(key.User, key.Conversation))
 }

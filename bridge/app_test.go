@@ -174,6 +174,27 @@ func TestCallWithoutPage(t *testing.T) {
 	}
 }
 
+// A stored manifest outlives the tab: once no socket is subscribed to the conversation's
+// channel, calls fail at once instead of waiting for their deadline.
+func TestCallAfterPageLeft(t *testing.T) {
+	h := newHarness(t, nil)
+	h.withManifest(client1, 5)
+	h.sockets.mu.Lock()
+	for id, s := range h.sockets.m {
+		if s.app == "app1" {
+			delete(h.sockets.m, id)
+		}
+	}
+	h.sockets.mu.Unlock()
+	r := recv(t, h.startCall(context.Background(), "calls", callBody))
+	if r.Code != 200 || string(r.Result) != `{"message":"No page is connected","status":"error"}` {
+		t.Fatalf("got %+v", r)
+	}
+	if len(h.pub.all()) != 0 {
+		t.Fatal("broadcast without a page")
+	}
+}
+
 func TestCallTooLargeForApp(t *testing.T) {
 	h := newHarness(t, nil)
 	h.withManifest(client1, 5)

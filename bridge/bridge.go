@@ -28,6 +28,13 @@ type Sockets interface {
 	Channels(socketID string) (appID string, channels []string, ok bool)
 }
 
+// Occupancy is optionally implemented by Sockets: it tells whether any socket is subscribed
+// to a channel, so a call to a conversation whose page was closed fails at once with "No
+// page is connected" instead of waiting for its deadline (a stored manifest outlives the tab).
+type Occupancy interface {
+	Subscribed(appID, channel string) bool
+}
+
 // Emitter delivers webhook events (toolmark_confirmed) for an app.
 type Emitter interface {
 	Emit(appID string, event map[string]any)

@@ -117,6 +117,23 @@ func (f *fakeSockets) Channels(id string) (string, []string, bool) {
 	return s.app, s.channels, ok
 }
 
+// Subscribed implements Occupancy over the registered sockets.
+func (f *fakeSockets) Subscribed(app, channel string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.m {
+		if s.app != app {
+			continue
+		}
+		for _, ch := range s.channels {
+			if ch == channel {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 type fakeApps map[string]*config.App
 
 func (f fakeApps) AppByID(id string) *config.App { return f[id] }

@@ -176,3 +176,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.wg.Wait()
 	return err
 }
+
+// Subscribed reports whether any local socket is subscribed to the channel; the bridge
+// uses it to answer "No page is connected" at once.
+func (s *Server) Subscribed(appID, channel string) bool {
+	return s.reg.SubscriptionCount(appID, channel) > 0
+}
