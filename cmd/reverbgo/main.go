@@ -158,7 +158,10 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	br.Register(e.Group(prefix), prefix)
 
 	addr := net.JoinHostPort(cfg.Server.Host, strconv.Itoa(cfg.Server.Port))
-	ln, err := net.Listen("tcp", addr)
+	// No TCP keepalive: the Pusher protocol's own pings find dead peers, and the four
+	// setsockopt calls per accepted socket are a measurable share of accept cost.
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return err
 	}
