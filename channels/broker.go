@@ -8,6 +8,9 @@ type Message struct {
 	Channel string
 	Frame   []byte
 	Except  string // socket id not to deliver to ("" = none)
+	// Cacheable marks an app event that a cache channel remembers for late subscribers;
+	// client events and pusher_internal events are never replayed.
+	Cacheable bool
 }
 
 // Broker carries publishes to every node. Each node's broker calls the registry's

@@ -16,6 +16,7 @@ const (
 	Private
 	Presence
 	PrivateEncrypted
+	PrivateEncryptedCache
 	Cache
 	PrivateCache
 	PresenceCache
@@ -31,6 +32,8 @@ const MaxNameLength = 164
 // KindOf classifies name; the longest matching prefix wins.
 func KindOf(name string) Kind {
 	switch {
+	case strings.HasPrefix(name, "private-encrypted-cache-"):
+		return PrivateEncryptedCache
 	case strings.HasPrefix(name, "private-encrypted-"):
 		return PrivateEncrypted
 	case strings.HasPrefix(name, "private-cache-"):
@@ -53,11 +56,14 @@ func KindOf(name string) Kind {
 func (k Kind) IsPresence() bool { return k == Presence || k == PresenceCache }
 
 // IsCache reports whether the last event is replayed to new subscribers.
-func (k Kind) IsCache() bool { return k == Cache || k == PrivateCache || k == PresenceCache }
+func (k Kind) IsCache() bool {
+	return k == Cache || k == PrivateCache || k == PresenceCache || k == PrivateEncryptedCache
+}
 
 // NeedsAuth reports whether subscribing needs an app signature.
 func (k Kind) NeedsAuth() bool {
-	return k == Private || k == Presence || k == PrivateEncrypted || k == PrivateCache || k == PresenceCache
+	return k == Private || k == Presence || k == PrivateEncrypted || k == PrivateEncryptedCache ||
+		k == PrivateCache || k == PresenceCache
 }
 
 // AllowsClientEvents reports whether client- events may be sent on the channel at all

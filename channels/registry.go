@@ -148,7 +148,7 @@ func (r *Registry) Publish(ctx context.Context, m Message) error {
 // for cache channels. Brokers call it for messages from any node. It returns the number
 // of sockets it queued the frame on.
 func (r *Registry) DeliverLocal(m Message) int {
-	if KindOf(m.Channel).IsCache() {
+	if m.Cacheable && KindOf(m.Channel).IsCache() {
 		r.cache.put(m.AppID, m.Channel, m.Frame)
 	}
 	s := r.shardOf(m.AppID, m.Channel)

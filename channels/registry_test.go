@@ -51,6 +51,7 @@ func TestKindAndNames(t *testing.T) {
 		{"cache-x", channels.Cache, true},
 		{"private-cache-x", channels.PrivateCache, true},
 		{"presence-cache-x", channels.PresenceCache, true},
+		{"private-encrypted-cache-x", channels.PrivateEncryptedCache, true},
 		{"#server-to-user-42", channels.ServerToUser, true},
 		{"a=b@c,d;e", channels.Public, true},
 		{"", channels.Public, false},
@@ -113,8 +114,10 @@ func TestCacheChannelKeepsLastFrame(t *testing.T) {
 		t.Fatal("cache hit before any publish")
 	}
 	for _, f := range []string{"one", "two"} {
-		_ = r.Publish(context.Background(), channels.Message{AppID: "app", Channel: "cache-x", Frame: []byte(f)})
+		_ = r.Publish(context.Background(), channels.Message{AppID: "app", Channel: "cache-x", Frame: []byte(f), Cacheable: true})
 	}
+	// Client and pusher_internal events are relayed but never become the replay.
+	_ = r.Publish(context.Background(), channels.Message{AppID: "app", Channel: "cache-x", Frame: []byte("client")})
 	_ = r.Publish(context.Background(), channels.Message{AppID: "app", Channel: "plain", Frame: []byte("x")})
 	if f, ok := r.CachedFrame("app", "cache-x"); !ok || string(f) != "two" {
 		t.Fatalf("cached = %q %v", f, ok)

@@ -391,8 +391,11 @@ func (c *Conn) signin(data json.RawMessage) {
 	c.userID = id
 	c.subsMu.Unlock()
 	if prev != "" && prev != id {
-		// FIX(tests): was an unconditional unbind, which also dropped the binding of a
-		// presence membership under the previous id.
+		// The previous user's own channel is theirs alone: signing in as someone else
+		// leaves it, so the socket stops receiving the old user's messages.
+		c.unsubscribe(channels.ServerToUserPrefix + prev)
+		// Not an unconditional unbind: a presence membership under the previous id
+		// still binds the socket to it.
 		c.unbindIfUnused(prev)
 	}
 	c.srv.sockets.bindUser(cfg.ID, id, c)

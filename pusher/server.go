@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,7 +153,8 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
 	frame := EventFrame(event, channel, data)
-	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except})
+	cacheable := !strings.HasPrefix(event, "pusher_internal:")
+	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
 }
 
 // Shutdown tells every client to reconnect (4200) and waits until their sockets are closed

@@ -59,9 +59,13 @@ async function waitUp(url, ms) {
 }
 
 /**
- * startServer({apps, server}) → {port, host, url, wsUrl, apps, stop(), logs(), proc}
+ * startServer({apps, server, args, env, port, config}) →
+ *   {port, host, url, prefix, tls, wsUrl, apps, app, proc, exited, logs(), stop(signal)}
  * apps: list of app objects in config.yaml form (defaults: app1 with client events and
- * toolmark, app2 with client events off).
+ * toolmark, app2 with client events off). server: extra server.* keys (path, tls, port, ...).
+ * args/env: extra CLI flags and environment for the binary. port: where it is expected to
+ * listen when args/env override the file's port. config: a whole config object instead.
+ * url/wsUrl use https/wss when server.tls.cert is set.
  */
 async function startServer(opts = {}) {
   // opts.port: where the server is expected to listen when args/env override the file's port.
@@ -79,7 +83,8 @@ async function startServer(opts = {}) {
   proc.stderr.on('data', (d) => (out += d));
   const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
   const prefix = (opts.server && opts.server.path) || '';
-  const url = `http://127.0.0.1:${port}${prefix}`;
+  const tls = Boolean(config.server && config.server.tls && config.server.tls.cert);
+  const url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}${prefix}`;
   try {
     await Promise.race([
       waitUp(`${url}/up`, 10000),
@@ -94,7 +99,8 @@ async function startServer(opts = {}) {
     host: '127.0.0.1',
     url,
     prefix,
-    wsUrl: `ws://127.0.0.1:${port}${prefix}`,
+    tls,
+    wsUrl: `${tls ? 'wss' : 'ws'}://127.0.0.1:${port}${prefix}`,
     apps,
     app: apps[0],
     proc,
