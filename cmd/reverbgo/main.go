@@ -168,6 +168,7 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	httpSrv := &http.Server{
 		Handler:           e,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	tlsOn := cfg.Server.TLS.Cert != "" && cfg.Server.TLS.Key != ""
