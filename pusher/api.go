@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -38,9 +39,7 @@ func (s *Server) Routes(e *echo.Echo, prefix string) {
 		s.ServeWS(c.Response(), c.Request(), c.Param("key"))
 		return nil
 	})
-	e.GET(prefix+"/up", func(c echo.Context) error {
-		return c.JSON(http.StatusOK, map[string]string{"health": "OK"})
-	})
+	e.GET(prefix+"/up", s.handleUp)
 	signed := s.signedRequest(prefix)
 	e.POST(prefix+"/apps/:app_id/events", s.handleEvents, signed)
 	e.POST(prefix+"/apps/:app_id/batch_events", s.handleBatch, signed)
@@ -49,6 +48,28 @@ func (s *Server) Routes(e *echo.Echo, prefix string) {
 	e.GET(prefix+"/apps/:app_id/channels/:channel/users", s.handleUsers, signed)
 	e.POST(prefix+"/apps/:app_id/users/:user_id/terminate_connections", s.handleTerminate, signed)
 	e.GET(prefix+"/apps/:app_id/connections", s.handleConnections, signed)
+}
+
+// healthTimeout bounds the dependency checks of /up, so a load balancer's probe gets an
+// answer (DEGRADED) before its own timeout while Redis hangs.
+const healthTimeout = time.Second
+
+// handleUp answers {"health":"OK"} or, when a dependency is unreachable, 503 with
+// {"health":"DEGRADED"} plus what is down. A degraded node still serves its own sockets.
+func (s *Server) handleUp(c echo.Context) error {
+	if s.health != nil {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), healthTimeout)
+		problems := s.health(ctx)
+		cancel()
+		if len(problems) > 0 {
+			out := map[string]string{"health": "DEGRADED"}
+			for k, v := range problems {
+				out[k] = v
+			}
+			return c.JSON(http.StatusServiceUnavailable, out)
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]string{"health": "OK"})
 }
 
 // apiError answers with a real HTTP status and {"error": message}.

@@ -39,6 +39,9 @@ type Options struct {
 	Webhooks      Emitter // nil = no webhooks
 	MaxQueueBytes int     // per-connection outbound limit (default DefaultMaxQueueBytes)
 	Now           func() time.Time
+	// Health reports what this node depends on and cannot reach, e.g. {"redis": "unreachable"};
+	// a non-empty answer turns /up into 503 DEGRADED. nil = always healthy (single node).
+	Health func(ctx context.Context) map[string]string
 }
 
 // Server holds every app's sockets and channels on this node.
@@ -50,6 +53,7 @@ type Server struct {
 	sockets  *socketTable
 	log      *slog.Logger
 	hooks    Emitter
+	health   func(ctx context.Context) map[string]string
 	maxQueue int
 	now      func() time.Time
 	upgrader websocket.Upgrader
@@ -75,6 +79,7 @@ func NewServer(opts Options) *Server {
 		sockets:  newSocketTable(),
 		log:      opts.Logger,
 		hooks:    opts.Webhooks,
+		health:   opts.Health,
 		maxQueue: opts.MaxQueueBytes,
 		now:      opts.Now,
 		stop:     make(chan struct{}),
@@ -153,6 +158,17 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
 	frame := EventFrame(event, channel, data)
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except})
+}
+
+// MemberGone announces that a user left a presence channel without a local Leave saying so:
+// the presence store reaped a dead node's sockets or retried a leave that failed during a
+// Redis outage. Every node's subscribers get member_removed; the webhook fires here.
+func (s *Server) MemberGone(appID, channel, userID string) {
+	removed := `{"user_id":` + string(appendJSONString(nil, userID)) + `}`
+	if err := s.publish(context.Background(), appID, channel, "pusher_internal:member_removed", removed, ""); err != nil {
+		s.log.Warn("member_removed not published to other nodes", "app", appID, "channel", channel, "error", err)
+	}
+	s.emit(appID, map[string]any{"name": "member_removed", "channel": channel, "user_id": userID})
 }
 
 // Shutdown tells every client to reconnect (4200) and waits until their sockets are closed

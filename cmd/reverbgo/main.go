@@ -130,9 +130,29 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	hooks := webhooks.New(webhooks.Options{Logger: logger})
 	hooks.SetApps(cfg.Apps)
 
-	registry := channels.NewRegistry(channels.Options{})
-	srv := pusher.NewServer(pusher.Options{Config: cfg, Registry: registry, Logger: logger, Webhooks: emitter{hooks}})
+	opts := pusher.Options{Config: cfg, Logger: logger, Webhooks: emitter{hooks}}
+	var store bridge.Store // nil = the bridge's own memory store
+	var cl *cluster
+	if cfg.Scaling.Enabled {
+		var err error
+		if cl, err = newCluster(cfg, logger); err != nil {
+			_ = hooks.Close(context.Background())
+			return err
+		}
+		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence})
+		opts.Health = cl.health
+		store = cl.store
+		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "node", cl.node)
+	} else {
+		opts.Registry = channels.NewRegistry(channels.Options{})
+		logger.Info("scaling: single node (in memory)")
+	}
+	srv := pusher.NewServer(opts)
+	if cl != nil {
+		cl.start(opts.Registry, srv.MemberGone)
+	}
 	br := bridge.New(bridge.Options{
+		Store:     store,
 		Publisher: srv,
 		Sockets:   srv,
 		Webhooks:  emitter{hooks},
@@ -163,6 +183,9 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	lc := net.ListenConfig{KeepAlive: -1}
 	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
+		if cl != nil {
+			cl.close(logger)
+		}
 		return err
 	}
 	httpSrv := &http.Server{
@@ -203,7 +226,10 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	go func() { defer wg.Done(); _ = httpSrv.Shutdown(ctx) }() // in-flight HTTP requests finish
 	go func() { defer wg.Done(); _ = srv.Shutdown(ctx) }()     // every client gets 4200
 	wg.Wait()
-	br.Close()
+	br.Close() // may still publish cancels, so before the cluster closes
+	if cl != nil {
+		cl.close(logger)
+	}
 	_ = hooks.Close(ctx)
 	logger.Info("stopped")
 	return nil
