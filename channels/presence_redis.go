@@ -61,6 +61,8 @@ type RedisPresence struct {
 	mu      sync.Mutex
 	mirror  map[string]Member // entry (app, channel, socket, user) -> member
 	pending []string          // entries whose Leave failed, retried by the heartbeat
+	// onRejoin also writes other per-node state again (RedisOccupancy.Resync).
+	onRejoin func(context.Context) error
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -252,7 +254,13 @@ func (p *RedisPresence) rejoin(ctx context.Context) error {
 	for e, m := range p.mirror {
 		mirror[e] = m
 	}
+	onRejoin := p.onRejoin
 	p.mu.Unlock()
+	if onRejoin != nil {
+		if err := onRejoin(ctx); err != nil {
+			return err
+		}
+	}
 	if len(mirror) > 0 {
 		p.log.Warn("redis had forgotten this node; joining its presence members again", "node", p.node, "memberships", len(mirror))
 	}

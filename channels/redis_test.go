@@ -263,3 +263,57 @@ func TestRedisPresenceRetriesFailedLeave(t *testing.T) {
 		t.Fatalf("members: %+v %v", ms, err)
 	}
 }
+
+// TestRedisOccupancy: counts, channel lists and the socket index answer for every node;
+// a node that stops heartbeating drops out of the answers.
+func TestRedisOccupancy(t *testing.T) {
+	ctx := context.Background()
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			prefix := "test:" + uuid.NewString() + ":"
+			const ttl = 600 * time.Millisecond
+			var regs [2]*channels.Registry
+			var occs [2]*channels.RedisOccupancy
+			var pres [2]*channels.RedisPresence
+			for i := range regs {
+				pres[i] = channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTTL: ttl})
+				occs[i] = channels.NewRedisOccupancy(pres[i], "private-toolmark.", nil)
+				t.Cleanup(occs[i].Close)
+				regs[i] = channels.NewRegistry(channels.Options{Presence: pres[i], Occupancy: occs[i]})
+				if err := pres[i].Heartbeat(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			regs[0].Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
+			regs[1].Subscribe("app", "news", &channelstest.Sink{ID: "2.1"})
+			regs[1].Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "2.1"})
+			regs[1].Subscribe("app2", "news", &channelstest.Sink{ID: "2.2"})
+			waitUntil(t, "counts from both nodes", func() bool {
+				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
+				return err == nil && n == 2
+			})
+			list, err := occs[0].Channels(ctx, "app", "")
+			if err != nil || len(list) != 2 || list[0] != (channels.ChannelInfo{Name: "news", SubscriptionCount: 2}) || list[1].Name != "private-toolmark.u1.c1" {
+				t.Fatalf("channels = %+v %v", list, err)
+			}
+			app, chans, ok, err := occs[0].Socket(ctx, "2.1")
+			if err != nil || !ok || app != "app" || len(chans) != 1 || chans[0] != "private-toolmark.u1.c1" {
+				t.Fatalf("socket 2.1 from node A: %q %q %v %v", app, chans, ok, err)
+			}
+			if _, _, ok, _ := occs[0].Socket(ctx, "1.1"); ok {
+				t.Fatal("a socket without indexed channels is indexed")
+			}
+			regs[1].Unsubscribe("app", "private-toolmark.u1.c1", "2.1")
+			if _, _, ok, _ := occs[0].Socket(ctx, "2.1"); ok {
+				t.Fatal("socket still indexed after its last indexed channel")
+			}
+			// Node B goes silent: A keeps heartbeating and stops counting B.
+			pres[0].Start()
+			t.Cleanup(func() { _ = pres[0].Close() })
+			waitUntil(t, "node B to drop out", func() bool {
+				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
+				return err == nil && n == 1
+			})
+		})
+	}
+}
