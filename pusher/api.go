@@ -279,7 +279,7 @@ func (s *Server) channelAttributes(ctx context.Context, app *appState, ch, info 
 				out["user_count"] = len(ms)
 			}
 		case "subscription_count":
-			out["subscription_count"] = s.reg.SubscriptionCount(app.cfg.ID, ch)
+			out["subscription_count"] = s.subscriptionCount(ctx, app.cfg.ID, ch)
 		}
 	}
 	return out
@@ -305,7 +305,7 @@ func (s *Server) handleChannels(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	out := map[string]map[string]int{}
-	for _, ch := range s.reg.Channels(app.cfg.ID, prefix) {
+	for _, ch := range s.channelList(ctx, app.cfg.ID, prefix) {
 		attr := map[string]int{}
 		if attrs["user_count"] {
 			ms, _ := s.reg.Presence().Members(ctx, app.cfg.ID, ch.Name)
@@ -335,7 +335,7 @@ func (s *Server) handleChannel(c echo.Context) error {
 	if attrs["user_count"] && !presence {
 		return apiError(c, http.StatusBadRequest, "user_count is only available for presence channels")
 	}
-	count := s.reg.SubscriptionCount(app.cfg.ID, name)
+	count := s.subscriptionCount(c.Request().Context(), app.cfg.ID, name)
 	out := map[string]any{"occupied": count > 0}
 	if attrs["subscription_count"] {
 		out["subscription_count"] = count

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,6 +178,20 @@ func trigger(t *testing.T, nd *testNode, channel, name, data string) {
 	}
 }
 
+// apiGet sends a signed GET through a node's HTTP API and returns the body.
+func apiGet(t *testing.T, nd *testNode, path, query string) string {
+	t.Helper()
+	q, _ := neturl.ParseQuery(query)
+	signed := auth.SignRequest("GET", path, q, nil, appKey, secret, time.Now())
+	resp, err := http.Get(nd.ts.URL + path + "?" + signed.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
+}
+
 func redisURLs(t *testing.T) map[string]string {
 	mr := miniredis.RunT(t)
 	urls := map[string]string{"miniredis": "redis://" + mr.Addr() + "/0"}
@@ -234,6 +249,24 @@ func TestTwoNodes(t *testing.T) {
 			marker()
 			u1b.send(map[string]any{"event": "pusher:unsubscribe", "data": map[string]string{"channel": room}})
 			marker("pusher_internal:member_removed")
+
+			// Cluster-wide answers on A about sockets on B.
+			tm := connect(t, b)
+			tmCh := "private-toolmark.u9.c1"
+			tm.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": tmCh, "auth": appKey + ":" + auth.ChannelSignature(secret, tm.socket, tmCh)}})
+			tm.next("pusher_internal:subscription_succeeded", tmCh)
+			if !a.n.srv.Subscribed(appID, tmCh) {
+				t.Fatal("A does not see the toolmark page subscribed on B")
+			}
+			if app, chans, ok := a.n.srv.Channels(tm.socket); !ok || app != appID || len(chans) != 1 || chans[0] != tmCh {
+				t.Fatalf("A's lookup of B's socket: %q %q %v", app, chans, ok)
+			}
+			if a.n.srv.Subscribed(appID, "private-toolmark.nobody.c1") {
+				t.Fatal("an empty toolmark channel reads as subscribed")
+			}
+			waitFor(t, "A's API to count B's subscriber of news", func() bool {
+				return apiGet(t, a, "/apps/"+appID+"/channels/news", "info=subscription_count") == `{"occupied":true,"subscription_count":1}`
+			})
 
 			resp, err := http.Get(a.ts.URL + "/up")
 			if err != nil || resp.StatusCode != 200 {

@@ -150,8 +150,9 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 			_ = hooks.Close(context.Background())
 			return nil, err
 		}
-		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence})
+		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
 		opts.Health = cl.health
+		opts.Cluster = cl.occ
 		store = cl.store
 		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "node", cl.node)
 	} else {

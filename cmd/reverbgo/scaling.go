@@ -22,6 +22,7 @@ type cluster struct {
 	node     string
 	broker   *channels.RedisBroker
 	presence *channels.RedisPresence
+	occ      *channels.RedisOccupancy
 	store    *bridge.RedisStore
 	// gone is set to the pusher server's MemberGone before presence.Start.
 	gone func(app, channel, user string)
@@ -64,7 +65,11 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 			}
 		},
 	})
+	// Only toolmark sockets are indexed: the bridge is the only reader of socket lookups.
+	c.occ = channels.NewRedisOccupancy(c.presence, bridge.ChannelPrefix, logger)
 	if c.store, err = bridge.NewRedisStore(ctx, c.rdb, prefix+"toolmark:"); err != nil {
+		c.occ.Close()
+		_ = c.presence.Close()
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: bridge store: %w", err)
@@ -88,10 +93,12 @@ func (c *cluster) health(ctx context.Context) map[string]string {
 	return nil
 }
 
-// close runs after the pusher server and the bridge have shut down: presence first (it
+// close runs after the pusher server and the bridge have shut down: occupancy's last batch,
+// presence (it
 // reaps this node's leftovers and announces them through the still-open broker), then the
 // subscriptions, then the client.
 func (c *cluster) close(logger *slog.Logger) {
+	c.occ.Close()
 	if err := c.presence.Close(); err != nil {
 		logger.Warn("presence cleanup on shutdown failed; survivors will reap this node", "error", err, "node", c.node)
 	}
