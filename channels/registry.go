@@ -36,13 +36,16 @@ type Registry struct {
 	shards   [shardCount]shard
 	broker   Broker
 	presence PresenceStore
+	occ      Occupancy
 	cache    *cacheStore
 }
 
-// Options wires the seams; nil Broker or Presence selects the in-memory one.
+// Options wires the seams; nil Broker or Presence selects the in-memory one. Occupancy,
+// when set, hears about every subscription change (for cluster-wide counts).
 type Options struct {
-	Broker   Broker
-	Presence PresenceStore
+	Broker    Broker
+	Presence  PresenceStore
+	Occupancy Occupancy
 }
 
 // NewRegistry builds a registry. With Options.Broker nil, a MemoryBroker delivering to
@@ -56,6 +59,7 @@ func NewRegistry(opts Options) *Registry {
 	if r.broker == nil {
 		r.broker = NewMemoryBroker(r.DeliverLocal)
 	}
+	r.occ = opts.Occupancy
 	r.presence = opts.Presence
 	if r.presence == nil {
 		r.presence = NewMemoryPresence()
@@ -97,6 +101,9 @@ func (r *Registry) Subscribe(app, name string, sub Subscriber) (count int, added
 	count = len(ch.subs)
 	ch.mu.Unlock()
 	s.mu.Unlock()
+	if added && r.occ != nil {
+		r.occ.Subscribed(app, name, sub.SocketID())
+	}
 	return count, added
 }
 
@@ -106,9 +113,9 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 	s := r.shardOf(app, name)
 	k := key{app, name}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ch := s.channels[k]
 	if ch == nil {
+		s.mu.Unlock()
 		return 0, false
 	}
 	ch.mu.Lock()
@@ -120,6 +127,10 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 	ch.mu.Unlock()
 	if remaining == 0 {
 		delete(s.channels, k)
+	}
+	s.mu.Unlock()
+	if removed && r.occ != nil {
+		r.occ.Unsubscribed(app, name, socketID)
 	}
 	return remaining, removed
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -38,9 +39,7 @@ func (s *Server) Routes(e *echo.Echo, prefix string) {
 		s.ServeWS(c.Response(), c.Request(), c.Param("key"))
 		return nil
 	})
-	e.GET(prefix+"/up", func(c echo.Context) error {
-		return c.JSON(http.StatusOK, map[string]string{"health": "OK"})
-	})
+	e.GET(prefix+"/up", s.handleUp)
 	signed := s.signedRequest(prefix)
 	e.POST(prefix+"/apps/:app_id/events", s.handleEvents, signed)
 	e.POST(prefix+"/apps/:app_id/batch_events", s.handleBatch, signed)
@@ -49,6 +48,28 @@ func (s *Server) Routes(e *echo.Echo, prefix string) {
 	e.GET(prefix+"/apps/:app_id/channels/:channel/users", s.handleUsers, signed)
 	e.POST(prefix+"/apps/:app_id/users/:user_id/terminate_connections", s.handleTerminate, signed)
 	e.GET(prefix+"/apps/:app_id/connections", s.handleConnections, signed)
+}
+
+// healthTimeout bounds the dependency checks of /up, so a load balancer's probe gets an
+// answer (DEGRADED) before its own timeout while Redis hangs.
+const healthTimeout = time.Second
+
+// handleUp answers {"health":"OK"} or, when a dependency is unreachable, 503 with
+// {"health":"DEGRADED"} plus what is down. A degraded node still serves its own sockets.
+func (s *Server) handleUp(c echo.Context) error {
+	if s.health != nil {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), healthTimeout)
+		problems := s.health(ctx)
+		cancel()
+		if len(problems) > 0 {
+			out := map[string]string{"health": "DEGRADED"}
+			for k, v := range problems {
+				out[k] = v
+			}
+			return c.JSON(http.StatusServiceUnavailable, out)
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]string{"health": "OK"})
 }
 
 // apiError answers with a real HTTP status and {"error": message}.
@@ -258,7 +279,7 @@ func (s *Server) channelAttributes(ctx context.Context, app *appState, ch, info 
 				out["user_count"] = len(ms)
 			}
 		case "subscription_count":
-			out["subscription_count"] = s.reg.SubscriptionCount(app.cfg.ID, ch)
+			out["subscription_count"] = s.subscriptionCount(ctx, app.cfg.ID, ch)
 		}
 	}
 	return out
@@ -284,7 +305,7 @@ func (s *Server) handleChannels(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	out := map[string]map[string]int{}
-	for _, ch := range s.reg.Channels(app.cfg.ID, prefix) {
+	for _, ch := range s.channelList(ctx, app.cfg.ID, prefix) {
 		attr := map[string]int{}
 		if attrs["user_count"] {
 			ms, _ := s.reg.Presence().Members(ctx, app.cfg.ID, ch.Name)
@@ -314,7 +335,7 @@ func (s *Server) handleChannel(c echo.Context) error {
 	if attrs["user_count"] && !presence {
 		return apiError(c, http.StatusBadRequest, "user_count is only available for presence channels")
 	}
-	count := s.reg.SubscriptionCount(app.cfg.ID, name)
+	count := s.subscriptionCount(c.Request().Context(), app.cfg.ID, name)
 	out := map[string]any{"occupied": count > 0}
 	if attrs["subscription_count"] {
 		out["subscription_count"] = count

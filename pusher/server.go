@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,21 @@ type Options struct {
 	Webhooks      Emitter // nil = no webhooks
 	MaxQueueBytes int     // per-connection outbound limit (default DefaultMaxQueueBytes)
 	Now           func() time.Time
+	// Health reports what this node depends on and cannot reach, e.g. {"redis": "unreachable"};
+	// a non-empty answer turns /up into 503 DEGRADED. nil = always healthy (single node).
+	Health func(ctx context.Context) map[string]string
+	// Cluster answers subscription counts, channel lists and socket lookups for every node;
+	// nil = this node's registry is the whole truth.
+	Cluster ClusterView
+}
+
+// ClusterView is the cluster-wide read side (channels.RedisOccupancy). When it fails, the
+// server answers from this node alone rather than failing the request.
+type ClusterView interface {
+	SubscriptionCount(ctx context.Context, app, channel string) (int, error)
+	Channels(ctx context.Context, app, prefix string) ([]channels.ChannelInfo, error)
+	// Socket finds an indexed (toolmark) socket on any node.
+	Socket(ctx context.Context, socketID string) (app string, chans []string, ok bool, err error)
 }
 
 // Server holds every app's sockets and channels on this node.
@@ -51,6 +67,8 @@ type Server struct {
 	sockets  *socketTable
 	log      *slog.Logger
 	hooks    Emitter
+	health   func(ctx context.Context) map[string]string
+	cluster  ClusterView
 	maxQueue int
 	now      func() time.Time
 	upgrader websocket.Upgrader
@@ -76,6 +94,8 @@ func NewServer(opts Options) *Server {
 		sockets:  newSocketTable(),
 		log:      opts.Logger,
 		hooks:    opts.Webhooks,
+		health:   opts.Health,
+		cluster:  opts.Cluster,
 		maxQueue: opts.MaxQueueBytes,
 		now:      opts.Now,
 		stop:     make(chan struct{}),
@@ -137,13 +157,64 @@ func (s *Server) ConnectionCount(appID string) int {
 	return 0
 }
 
+// clusterTimeout bounds one cluster-wide read.
+const clusterTimeout = 2 * time.Second
+
 // Channels implements the bridge's socket lookup: the app and channels of a live socket.
+// A socket on another node is found through the cluster index, which holds only its
+// toolmark channels (the only ones the bridge looks at).
 func (s *Server) Channels(socketID string) (appID string, chans []string, ok bool) {
-	c := s.sockets.get(socketID)
-	if c == nil {
+	if c := s.sockets.get(socketID); c != nil {
+		return c.app.cfg.ID, c.Channels(), true
+	}
+	if s.cluster == nil {
 		return "", nil, false
 	}
-	return c.app.cfg.ID, c.Channels(), true
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	app, chans, ok, err := s.cluster.Socket(ctx, socketID)
+	if err != nil {
+		s.log.Warn("cluster socket lookup failed", "error", err)
+	}
+	return app, chans, ok
+}
+
+// subscriptionCount is the channel's count over the cluster, or this node's.
+func (s *Server) subscriptionCount(ctx context.Context, appID, channel string) int {
+	if s.cluster != nil {
+		if n, err := s.cluster.SubscriptionCount(ctx, appID, channel); err == nil {
+			// Local changes reach Redis in batches: never answer less than this node knows.
+			return max(n, s.reg.SubscriptionCount(appID, channel))
+		}
+	}
+	return s.reg.SubscriptionCount(appID, channel)
+}
+
+// channelList lists occupied channels over the cluster, or this node's.
+func (s *Server) channelList(ctx context.Context, appID, prefix string) []channels.ChannelInfo {
+	if s.cluster != nil {
+		if list, err := s.cluster.Channels(ctx, appID, prefix); err == nil {
+			return mergeLocal(list, s.reg.Channels(appID, prefix))
+		}
+	}
+	return s.reg.Channels(appID, prefix)
+}
+
+// mergeLocal adds channels this node has but the (batched) cluster view does not show yet.
+func mergeLocal(cluster, local []channels.ChannelInfo) []channels.ChannelInfo {
+	have := make(map[string]int, len(cluster))
+	for i, c := range cluster {
+		have[c.Name] = i
+	}
+	for _, l := range local {
+		if i, ok := have[l.Name]; ok {
+			cluster[i].SubscriptionCount = max(cluster[i].SubscriptionCount, l.SubscriptionCount)
+		} else {
+			cluster = append(cluster, l)
+		}
+	}
+	sort.Slice(cluster, func(i, j int) bool { return cluster[i].Name < cluster[j].Name })
+	return cluster
 }
 
 // Publish encodes an event once and hands it to the broker for every node.
@@ -155,6 +226,17 @@ func (s *Server) publish(ctx context.Context, appID, channel, event, data, excep
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
+}
+
+// MemberGone announces that a user left a presence channel without a local Leave saying so:
+// the presence store reaped a dead node's sockets or retried a leave that failed during a
+// Redis outage. Every node's subscribers get member_removed; the webhook fires here.
+func (s *Server) MemberGone(appID, channel, userID string) {
+	removed := `{"user_id":` + string(appendJSONString(nil, userID)) + `}`
+	if err := s.publish(context.Background(), appID, channel, "pusher_internal:member_removed", removed, ""); err != nil {
+		s.log.Warn("member_removed not published to other nodes", "app", appID, "channel", channel, "error", err)
+	}
+	s.emit(appID, map[string]any{"name": "member_removed", "channel": channel, "user_id": userID})
 }
 
 // Shutdown tells every client to reconnect (4200) and waits until their sockets are closed
@@ -179,8 +261,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Subscribed reports whether any local socket is subscribed to the channel; the bridge
-// uses it to answer "No page is connected" at once.
+// Subscribed reports whether any socket of the cluster is subscribed to the channel; the
+// bridge uses it to answer "No page is connected" at once.
 func (s *Server) Subscribed(appID, channel string) bool {
-	return s.reg.SubscriptionCount(appID, channel) > 0
+	if s.reg.SubscriptionCount(appID, channel) > 0 {
+		return true
+	}
+	if s.cluster == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	n, err := s.cluster.SubscriptionCount(ctx, appID, channel)
+	// Unknown is answered as subscribed: the call then waits for its deadline instead of
+	// failing a page that may well be connected elsewhere.
+	return err != nil || n > 0
 }

@@ -126,13 +126,45 @@ func (a appDirectory) AllApps() []*config.App {
 	return out
 }
 
-func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {
+// node is one running reverbgo: the Pusher server, the bridge and, with scaling, the
+// cluster seams, mounted on one echo instance. Tests build several on one Redis.
+type node struct {
+	e     *echo.Echo
+	srv   *pusher.Server
+	br    *bridge.Bridge
+	cl    *cluster // nil on a single node
+	hooks *webhooks.Dispatcher
+	log   *slog.Logger
+}
+
+func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) (*node, error) {
 	hooks := webhooks.New(webhooks.Options{Logger: logger})
 	hooks.SetApps(cfg.Apps)
 
-	registry := channels.NewRegistry(channels.Options{})
-	srv := pusher.NewServer(pusher.Options{Config: cfg, Registry: registry, Logger: logger, Webhooks: emitter{hooks}})
+	opts := pusher.Options{Config: cfg, Logger: logger, Webhooks: emitter{hooks}}
+	var store bridge.Store // nil = the bridge's own memory store
+	var cl *cluster
+	if cfg.Scaling.Enabled {
+		var err error
+		if cl, err = newCluster(cfg, logger); err != nil {
+			_ = hooks.Close(context.Background())
+			return nil, err
+		}
+		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
+		opts.Health = cl.health
+		opts.Cluster = cl.occ
+		store = cl.store
+		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "node", cl.node)
+	} else {
+		opts.Registry = channels.NewRegistry(channels.Options{})
+		logger.Info("scaling: single node (in memory)")
+	}
+	srv := pusher.NewServer(opts)
+	if cl != nil {
+		cl.start(opts.Registry, srv.MemberGone)
+	}
 	br := bridge.New(bridge.Options{
+		Store:     store,
 		Publisher: srv,
 		Sockets:   srv,
 		Webhooks:  emitter{hooks},
@@ -156,17 +188,50 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	prefix := cfg.Server.Path
 	srv.Routes(e, prefix)
 	br.Register(e.Group(prefix), prefix)
+	return &node{e: e, srv: srv, br: br, cl: cl, hooks: hooks, log: logger}, nil
+}
 
+// shutdown closes in dependency order once HTTP has stopped taking requests: every client
+// gets 4200 and leaves its channels, the bridge settles waiting calls (publishing cancels),
+// then the cluster seams and the webhook queue close.
+func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = n.srv.Shutdown(ctx) }() // every client gets 4200
+	if beforeClose != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); beforeClose(ctx) }()
+	}
+	wg.Wait()
+	n.br.Close() // may still publish cancels, so before the cluster closes
+	n.release(ctx)
+}
+
+// release frees what newNode acquired besides the server and the bridge.
+func (n *node) release(ctx context.Context) {
+	if n.cl != nil {
+		n.cl.close(n.log)
+	}
+	_ = n.hooks.Close(ctx)
+}
+
+func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {
+	n, err := newNode(cfg, logger, metrics)
+	if err != nil {
+		return err
+	}
+	prefix := cfg.Server.Path
 	addr := net.JoinHostPort(cfg.Server.Host, strconv.Itoa(cfg.Server.Port))
 	// No TCP keepalive: the Pusher protocol's own pings find dead peers, and the four
 	// setsockopt calls per accepted socket are a measurable share of accept cost.
 	lc := net.ListenConfig{KeepAlive: -1}
 	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
+		n.shutdown(context.Background(), nil)
 		return err
 	}
 	httpSrv := &http.Server{
-		Handler:           e,
+		Handler:           n.e,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
@@ -199,13 +264,8 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = httpSrv.Shutdown(ctx) }() // in-flight HTTP requests finish
-	go func() { defer wg.Done(); _ = srv.Shutdown(ctx) }()     // every client gets 4200
-	wg.Wait()
-	br.Close()
-	_ = hooks.Close(ctx)
+	// In-flight HTTP requests finish while the sockets close.
+	n.shutdown(ctx, func(ctx context.Context) { _ = httpSrv.Shutdown(ctx) })
 	logger.Info("stopped")
 	return nil
 }

@@ -1,0 +1,303 @@
+package channels
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Occupancy hears about every local subscription change; the Registry calls it after the
+// change, outside its locks. It must not block for long.
+type Occupancy interface {
+	Subscribed(app, channel, socketID string)
+	Unsubscribed(app, channel, socketID string)
+}
+
+// occupancyFlush is how often batched counter changes are written: cluster-wide counts
+// and channel lists lag the truth by about this much.
+const occupancyFlush = 50 * time.Millisecond
+
+// RedisOccupancy publishes this node's subscription counts to Redis, so that any node can
+// answer counts and channel lists for the whole cluster, and indexes the sockets of
+// channels starting with IndexPrefix, so that any node can find such a socket by id.
+//
+// Counts live in one hash per node (field app NUL channel), incremented in batches every
+// occupancyFlush; the socket index is one hash per node (socket id -> app NUL channels),
+// written synchronously because a page may call another node right after subscribing.
+// Both are read only for nodes whose heartbeat is fresh and are deleted when a node is
+// reaped (see RedisPresence), so a dead node's sockets vanish from answers after NodeTTL.
+// The node keeps the same state in memory and writes it again with Resync when Redis lost it.
+type RedisOccupancy struct {
+	p      *RedisPresence // keys, node id and liveness
+	prefix string         // channels whose sockets are indexed
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	counts  map[string]int64           // app NUL channel -> local subscribers
+	pending map[string]int64           // not yet written deltas
+	indexed map[string]map[string]bool // socket -> indexed channels
+	apps    map[string]string          // socket -> app, for indexed sockets
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+var _ Occupancy = (*RedisOccupancy)(nil)
+
+// NewRedisOccupancy shares p's keys and node and starts the batch writer; Close stops it.
+func NewRedisOccupancy(p *RedisPresence, indexPrefix string, logger *slog.Logger) *RedisOccupancy {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	o := &RedisOccupancy{
+		p: p, prefix: indexPrefix, log: logger,
+		counts: map[string]int64{}, pending: map[string]int64{}, indexed: map[string]map[string]bool{}, apps: map[string]string{},
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	p.mu.Lock()
+	p.onRejoin = o.Resync
+	p.mu.Unlock()
+	go o.loop()
+	return o
+}
+
+func (o *RedisOccupancy) subsKey(node string) string    { return o.p.NodeKey(node, "subs") }
+func (o *RedisOccupancy) socketsKey(node string) string { return o.p.NodeKey(node, "sockets") }
+
+// Subscribed implements Occupancy.
+func (o *RedisOccupancy) Subscribed(app, channel, socketID string) {
+	o.change(app, channel, socketID, 1)
+}
+
+// Unsubscribed implements Occupancy.
+func (o *RedisOccupancy) Unsubscribed(app, channel, socketID string) {
+	o.change(app, channel, socketID, -1)
+}
+
+func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
+	f := app + "\x00" + channel
+	indexed := o.prefix != "" && strings.HasPrefix(channel, o.prefix)
+	o.mu.Lock()
+	if o.counts[f] += delta; o.counts[f] <= 0 {
+		delete(o.counts, f)
+	}
+	var value string
+	if indexed {
+		set := o.indexed[socketID]
+		if delta > 0 {
+			if set == nil {
+				set = map[string]bool{}
+				o.indexed[socketID] = set
+				o.apps[socketID] = app
+			}
+			set[channel] = true
+		} else {
+			delete(set, channel)
+		}
+		if len(set) == 0 {
+			delete(o.indexed, socketID)
+			delete(o.apps, socketID)
+		} else {
+			value = indexValue(app, set)
+		}
+	} else {
+		o.pending[f] += delta
+	}
+	o.mu.Unlock()
+	if !indexed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	pipe := o.p.rdb.TxPipeline()
+	pipe.HIncrBy(ctx, o.subsKey(o.p.node), f, delta)
+	if value == "" {
+		pipe.HDel(ctx, o.socketsKey(o.p.node), socketID)
+	} else {
+		pipe.HSet(ctx, o.socketsKey(o.p.node), socketID, value)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		o.log.Warn("socket index not written; the next resync repairs it", "error", err)
+	}
+}
+
+func indexValue(app string, set map[string]bool) string {
+	parts := []string{app}
+	for ch := range set {
+		parts = append(parts, ch)
+	}
+	sort.Strings(parts[1:])
+	return strings.Join(parts, "\x00")
+}
+
+func (o *RedisOccupancy) loop() {
+	defer close(o.done)
+	t := time.NewTicker(occupancyFlush)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+			o.flush()
+		}
+	}
+}
+
+// flush writes the batched deltas; on failure they are kept and merged into the next batch.
+func (o *RedisOccupancy) flush() {
+	o.mu.Lock()
+	batch := o.pending
+	if len(batch) == 0 {
+		o.mu.Unlock()
+		return
+	}
+	o.pending = map[string]int64{}
+	o.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	pipe := o.p.rdb.Pipeline()
+	for f, d := range batch {
+		if d != 0 {
+			pipe.HIncrBy(ctx, o.subsKey(o.p.node), f, d)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		o.mu.Lock()
+		for f, d := range batch {
+			o.pending[f] += d
+		}
+		o.mu.Unlock()
+	}
+}
+
+// Resync rewrites this node's counts and socket index from memory (after Redis lost them).
+func (o *RedisOccupancy) Resync(ctx context.Context) error {
+	o.mu.Lock()
+	counts := make(map[string]any, len(o.counts))
+	for f, n := range o.counts {
+		counts[f] = n
+	}
+	sockets := make(map[string]any, len(o.indexed))
+	for s, set := range o.indexed {
+		sockets[s] = indexValue(o.apps[s], set)
+	}
+	o.pending = map[string]int64{}
+	o.mu.Unlock()
+	pipe := o.p.rdb.TxPipeline()
+	pipe.Del(ctx, o.subsKey(o.p.node), o.socketsKey(o.p.node))
+	if len(counts) > 0 {
+		pipe.HSet(ctx, o.subsKey(o.p.node), counts)
+	}
+	if len(sockets) > 0 {
+		pipe.HSet(ctx, o.socketsKey(o.p.node), sockets)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// liveNodes lists nodes whose heartbeat is within NodeTTL, always including this one.
+func (o *RedisOccupancy) liveNodes(ctx context.Context) ([]string, error) {
+	min := strconv.FormatInt(time.Now().Add(-o.p.ttl).UnixMilli(), 10)
+	nodes, err := o.p.rdb.ZRangeByScore(ctx, o.p.nodes(), &redis.ZRangeBy{Min: min, Max: "+inf"}).Result()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n == o.p.node {
+			return nodes, nil
+		}
+	}
+	return append(nodes, o.p.node), nil
+}
+
+// SubscriptionCount is the channel's subscriber count over every live node.
+func (o *RedisOccupancy) SubscriptionCount(ctx context.Context, app, channel string) (int, error) {
+	nodes, err := o.liveNodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	pipe := o.p.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(nodes))
+	for i, n := range nodes {
+		cmds[i] = pipe.HGet(ctx, o.subsKey(n), app+"\x00"+channel)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	total := 0
+	for _, c := range cmds {
+		if n, err := c.Int(); err == nil && n > 0 {
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// Channels lists the app's occupied channels starting with prefix over every live node.
+func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]ChannelInfo, error) {
+	nodes, err := o.liveNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pipe := o.p.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(nodes))
+	for i, n := range nodes {
+		cmds[i] = pipe.HGetAll(ctx, o.subsKey(n))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	sum := map[string]int{}
+	for _, c := range cmds {
+		for f, v := range c.Val() {
+			a, ch, ok := strings.Cut(f, "\x00")
+			if n, _ := strconv.Atoi(v); ok && a == app && n > 0 && strings.HasPrefix(ch, prefix) {
+				sum[ch] += n
+			}
+		}
+	}
+	out := make([]ChannelInfo, 0, len(sum))
+	for ch, n := range sum {
+		out = append(out, ChannelInfo{Name: ch, SubscriptionCount: n})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Socket finds an indexed socket on any live node: its app and indexed channels.
+func (o *RedisOccupancy) Socket(ctx context.Context, socketID string) (app string, chans []string, ok bool, err error) {
+	nodes, err := o.liveNodes(ctx)
+	if err != nil {
+		return "", nil, false, err
+	}
+	pipe := o.p.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(nodes))
+	for i, n := range nodes {
+		cmds[i] = pipe.HGet(ctx, o.socketsKey(n), socketID)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return "", nil, false, err
+	}
+	for _, c := range cmds {
+		if v, err := c.Result(); err == nil {
+			parts := strings.Split(v, "\x00")
+			return parts[0], parts[1:], true, nil
+		}
+	}
+	return "", nil, false, nil
+}
+
+// Close stops the batch writer after a last flush.
+func (o *RedisOccupancy) Close() {
+	o.once.Do(func() { close(o.stop) })
+	<-o.done
+	o.flush()
+}

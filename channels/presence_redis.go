@@ -1,0 +1,377 @@
+package channels
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultNodeTTL is how long a node may miss heartbeats before the others reap it.
+const DefaultNodeTTL = 30 * time.Second
+
+// DefaultRedisPrefix namespaces every key reverbgo keeps in Redis for channels.
+const DefaultRedisPrefix = "reverbgo:"
+
+// reapBatch bounds the work of one reap script, so a dead node with many sockets never
+// blocks Redis for long.
+const reapBatch = 500
+
+// RedisPresenceOptions configure a RedisPresence.
+type RedisPresenceOptions struct {
+	Prefix  string        // key prefix (default DefaultRedisPrefix)
+	NodeID  string        // this node (default NewNodeID()); use the broker's
+	NodeTTL time.Duration // heartbeat window (default DefaultNodeTTL); heartbeats every TTL/6
+	Logger  *slog.Logger
+	// OnGone is called for every user whose last socket in a channel was removed by the
+	// store itself rather than by a Leave that reported it: the sockets of a dead node,
+	// reaped here, and leaves that failed during a Redis outage and were retried later. The
+	// caller announces member_removed for them (a Leave's own result is announced by its
+	// caller as usual). It runs on the heartbeat goroutine and must not block for long.
+	OnGone func(app, channel, userID string)
+}
+
+// RedisPresence is the cluster PresenceStore. Per channel it keeps users' info, each
+// socket's user and each user's socket count in three hashes changed only by Lua scripts,
+// so member_added and member_removed fire once per user across all nodes. Each node also
+// records its memberships in a per-node set and heartbeats into a sorted set; a node that
+// misses heartbeats for NodeTTL is reaped by a survivor, which removes its sockets and
+// reports the users who left through OnGone. A crashed node's members therefore stay
+// visible for at most NodeTTL plus one heartbeat interval (35s by default).
+//
+// The node also mirrors its own memberships in memory: when its heartbeat finds the node
+// unknown to Redis (Redis restarted empty, or this node was reaped during a long pause) it
+// joins them again, so presence heals without clients resubscribing.
+//
+// Keys are derived inside the reap script, so this needs a standalone Redis (or Sentinel),
+// not Redis Cluster.
+type RedisPresence struct {
+	rdb    redis.UniversalClient
+	prefix string
+	node   string
+	ttl    time.Duration
+	log    *slog.Logger
+	onGone func(app, channel, userID string)
+
+	mu      sync.Mutex
+	mirror  map[string]Member // entry (app, channel, socket, user) -> member
+	pending []string          // entries whose Leave failed, retried by the heartbeat
+	// onRejoin also writes other per-node state again (RedisOccupancy.Resync).
+	onRejoin func(context.Context) error
+
+	stop     chan struct{}
+	done     chan struct{}
+	start    sync.Once
+	started  bool
+	stopOnce sync.Once
+}
+
+var _ PresenceStore = (*RedisPresence)(nil)
+
+// NewRedisPresence returns a store over rdb; call Start to heartbeat and reap. The client
+// stays the caller's.
+func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *RedisPresence {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultRedisPrefix
+	}
+	if opts.NodeID == "" {
+		opts.NodeID = NewNodeID()
+	}
+	if opts.NodeTTL <= 0 {
+		opts.NodeTTL = DefaultNodeTTL
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &RedisPresence{
+		rdb: rdb, prefix: opts.Prefix, node: opts.NodeID, ttl: opts.NodeTTL, log: opts.Logger,
+		onGone: opts.OnGone, mirror: map[string]Member{}, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// Channel names cannot contain ':', so "<channel>:<app>" is unambiguous whatever the app id.
+func (p *RedisPresence) users(app, ch string) string   { return p.prefix + "pu:" + ch + ":" + app }
+func (p *RedisPresence) sockets(app, ch string) string { return p.prefix + "ps:" + ch + ":" + app }
+func (p *RedisPresence) counts(app, ch string) string  { return p.prefix + "pc:" + ch + ":" + app }
+func (p *RedisPresence) nodes() string                 { return p.prefix + "nodes" }
+
+// NodeKey is the per-node key with the given suffix; every key under it is deleted when the
+// node is reaped.
+func (p *RedisPresence) NodeKey(node, suffix string) string {
+	return p.prefix + "node:" + node + ":" + suffix
+}
+
+// entry is a node-set member: app, channel, socket and user separated by NUL bytes (the
+// user id last, so it may contain anything).
+func entry(app, ch, socket, user string) string {
+	return app + "\x00" + ch + "\x00" + socket + "\x00" + user
+}
+
+func splitEntry(e string) (app, ch, socket, user string, ok bool) {
+	f := strings.SplitN(e, "\x00", 4)
+	if len(f) != 4 {
+		return "", "", "", "", false
+	}
+	return f[0], f[1], f[2], f[3], true
+}
+
+var joinScript = redis.NewScript(`
+local prev = redis.call('HGET', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+if prev == ARGV[2] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('SADD', KEYS[4], ARGV[4])
+if redis.call('HINCRBY', KEYS[3], ARGV[2], 1) == 1 then return 1 end
+return 0`)
+
+// Join implements PresenceStore.
+func (p *RedisPresence) Join(ctx context.Context, app, channel, socketID string, m Member) (bool, error) {
+	e := entry(app, channel, socketID, m.UserID)
+	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, channel), p.sockets(app, channel), p.counts(app, channel), p.NodeKey(p.node, "presence")},
+		socketID, m.UserID, m.Info, e).Int()
+	if err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	p.mirror[e] = m
+	p.mu.Unlock()
+	return n == 1, nil
+}
+
+var leaveScript = redis.NewScript(`
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[4], ARGV[3])
+if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
+  redis.call('HDEL', KEYS[3], ARGV[2])
+  redis.call('HDEL', KEYS[1], ARGV[2])
+  return 1
+end
+return 0`)
+
+// Leave implements PresenceStore. When Redis cannot be reached the leave is remembered and
+// retried by the heartbeat, which reports a last leave through OnGone.
+func (p *RedisPresence) Leave(ctx context.Context, app, channel, socketID, userID string) (bool, error) {
+	e := entry(app, channel, socketID, userID)
+	last, err := p.leave(ctx, e)
+	p.mu.Lock()
+	delete(p.mirror, e)
+	if err != nil {
+		p.pending = append(p.pending, e)
+	}
+	p.mu.Unlock()
+	return last, err
+}
+
+func (p *RedisPresence) leave(ctx context.Context, e string) (bool, error) {
+	app, ch, socket, user, _ := splitEntry(e)
+	n, err := leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+		socket, user, e).Int()
+	return n == 1, err
+}
+
+// Members implements PresenceStore.
+func (p *RedisPresence) Members(ctx context.Context, app, channel string) ([]Member, error) {
+	all, err := p.rdb.HGetAll(ctx, p.users(app, channel)).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Member, 0, len(all))
+	for id, info := range all {
+		out = append(out, Member{UserID: id, Info: []byte(info)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UserID < out[j].UserID })
+	return out, nil
+}
+
+// Start heartbeats at once, then every NodeTTL/6, reaping dead nodes each time.
+func (p *RedisPresence) Start() {
+	p.start.Do(func() {
+		p.started = true
+		go p.loop()
+	})
+}
+
+func (p *RedisPresence) loop() {
+	defer close(p.done)
+	t := time.NewTicker(p.ttl / 6)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), p.ttl/6)
+		if err := p.Heartbeat(ctx); err != nil {
+			p.log.Warn("redis presence heartbeat failed", "error", err, "node", p.node)
+		}
+		cancel()
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Heartbeat marks this node alive, repairs its memberships if Redis forgot the node,
+// retries failed leaves and reaps nodes whose heartbeat is older than NodeTTL.
+func (p *RedisPresence) Heartbeat(ctx context.Context) error {
+	now := time.Now()
+	added, err := p.rdb.ZAdd(ctx, p.nodes(), redis.Z{Score: float64(now.UnixMilli()), Member: p.node}).Result()
+	if err != nil {
+		return err
+	}
+	if added == 1 {
+		if err := p.rejoin(ctx); err != nil {
+			return err
+		}
+	}
+	if err := p.retryLeaves(ctx); err != nil {
+		return err
+	}
+	dead, err := p.rdb.ZRangeByScore(ctx, p.nodes(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.Add(-p.ttl).UnixMilli(), 10)}).Result()
+	if err != nil {
+		return err
+	}
+	for _, node := range dead {
+		if node == p.node {
+			continue
+		}
+		n, err := p.Reap(ctx, node, now.Add(-p.ttl))
+		if err != nil {
+			return err
+		}
+		p.log.Info("reaped a dead node", "node", node, "users_gone", n, "by", p.node)
+	}
+	return nil
+}
+
+func (p *RedisPresence) rejoin(ctx context.Context) error {
+	p.mu.Lock()
+	mirror := make(map[string]Member, len(p.mirror))
+	for e, m := range p.mirror {
+		mirror[e] = m
+	}
+	onRejoin := p.onRejoin
+	p.mu.Unlock()
+	if onRejoin != nil {
+		if err := onRejoin(ctx); err != nil {
+			return err
+		}
+	}
+	if len(mirror) > 0 {
+		p.log.Warn("redis had forgotten this node; joining its presence members again", "node", p.node, "memberships", len(mirror))
+	}
+	for e, m := range mirror {
+		app, ch, socket, _, _ := splitEntry(e)
+		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+			socket, m.UserID, m.Info, e).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *RedisPresence) retryLeaves(ctx context.Context) error {
+	p.mu.Lock()
+	pending := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	for i, e := range pending {
+		last, err := p.leave(ctx, e)
+		if err != nil {
+			p.mu.Lock()
+			p.pending = append(p.pending, pending[i:]...)
+			p.mu.Unlock()
+			return err
+		}
+		if last && p.onGone != nil {
+			app, ch, _, user, _ := splitEntry(e)
+			p.onGone(app, ch, user)
+		}
+	}
+	return nil
+}
+
+// reapScript removes up to ARGV[2] memberships of a dead node and, once none are left,
+// forgets the node and deletes its other keys (KEYS[3:]). A node that heartbeated since it
+// was found dead (ZSCORE above ARGV[4]) is left alone. It returns {done, app, channel,
+// user, ...} for every user whose last socket went.
+var reapScript = redis.NewScript(`
+local score = redis.call('ZSCORE', KEYS[2], ARGV[3])
+if score and tonumber(score) > tonumber(ARGV[4]) then return {1} end
+local out = {0}
+for _, e in ipairs(redis.call('SPOP', KEYS[1], tonumber(ARGV[2]))) do
+  local f, i = {}, 1
+  for _ = 1, 3 do
+    local j = string.find(e, '\0', i, true)
+    if not j then break end
+    table.insert(f, string.sub(e, i, j - 1))
+    i = j + 1
+  end
+  if #f == 3 then
+    local user, sfx = string.sub(e, i), f[2] .. ':' .. f[1]
+    local S, C = ARGV[1] .. 'ps:' .. sfx, ARGV[1] .. 'pc:' .. sfx
+    if redis.call('HGET', S, f[3]) == user then
+      redis.call('HDEL', S, f[3])
+      if redis.call('HINCRBY', C, user, -1) <= 0 then
+        redis.call('HDEL', C, user)
+        redis.call('HDEL', ARGV[1] .. 'pu:' .. sfx, user)
+        table.insert(out, f[1]); table.insert(out, f[2]); table.insert(out, user)
+      end
+    end
+  end
+end
+if redis.call('SCARD', KEYS[1]) == 0 then
+  out[1] = 1
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  for k = 3, #KEYS do redis.call('DEL', KEYS[k]) end
+end
+return out`)
+
+// nodeKeySuffixes are the per-node keys deleted with a reaped node, besides "presence".
+var nodeKeySuffixes = []string{"subs", "sockets"}
+
+// Reap removes a node whose last heartbeat is not after cutoff, batch by batch, calling
+// OnGone for each user who left; it returns how many did. Survivors may reap the same node
+// concurrently: SPOP hands each membership to exactly one of them.
+func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time) (int, error) {
+	keys := []string{p.NodeKey(node, "presence"), p.nodes()}
+	for _, s := range nodeKeySuffixes {
+		keys = append(keys, p.NodeKey(node, s))
+	}
+	gone := 0
+	for {
+		res, err := reapScript.Run(ctx, p.rdb, keys, p.prefix, reapBatch, node, cutoff.UnixMilli()).Slice()
+		if err != nil {
+			return gone, err
+		}
+		for i := 1; i+2 < len(res); i += 3 {
+			gone++
+			if p.onGone != nil {
+				p.onGone(res[i].(string), res[i+1].(string), res[i+2].(string))
+			}
+		}
+		if done, _ := res[0].(int64); done == 1 {
+			return gone, nil
+		}
+	}
+}
+
+// Close stops the heartbeat and reaps this node's leftovers (memberships whose leave never
+// reached Redis), reporting them through OnGone, so a clean shutdown leaves nothing for
+// the survivors. Close the pusher server first so that its sockets leave normally.
+func (p *RedisPresence) Close() error {
+	p.stopOnce.Do(func() { close(p.stop) })
+	p.start.Do(func() {})
+	if p.started {
+		<-p.done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.retryLeaves(ctx)
+	_, err := p.Reap(ctx, p.node, time.Now().Add(time.Hour))
+	return err
+}

@@ -1,0 +1,319 @@
+package channels_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/channels/channelstest"
+)
+
+// backend is a Redis the shared suites run against: miniredis always, a real server when
+// REVERBGO_TEST_REDIS_URL is set.
+type backend struct {
+	name string
+	// client returns a new client on the backend's server, closed at test end. Every call in
+	// one test reaches the same server, so several clients make several nodes.
+	client func(t *testing.T) redis.UniversalClient
+}
+
+func backends(t *testing.T) []backend {
+	out := []backend{{"miniredis", func(t *testing.T) redis.UniversalClient {
+		// One miniredis per test, shared by that test's clients.
+		mr, ok := miniByTest[t.Name()]
+		if !ok {
+			mr = miniredis.RunT(t)
+			miniByTest[t.Name()] = mr
+			t.Cleanup(func() { delete(miniByTest, t.Name()) })
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}}}
+	if u := os.Getenv("REVERBGO_TEST_REDIS_URL"); u != "" {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, backend{"redis", func(t *testing.T) redis.UniversalClient {
+			rdb := redis.NewClient(opt)
+			t.Cleanup(func() { _ = rdb.Close() })
+			return rdb
+		}})
+	} else {
+		t.Log("REVERBGO_TEST_REDIS_URL not set: real-Redis cases skipped")
+	}
+	return out
+}
+
+// miniByTest is touched only from test goroutines of sequential (non-parallel) tests.
+var miniByTest = map[string]*miniredis.Miniredis{}
+
+func TestMemoryBroker(t *testing.T) {
+	channelstest.RunBroker(t, 1, func(t *testing.T, n int) []*channels.Registry {
+		return []*channels.Registry{channels.NewRegistry(channels.Options{})}
+	})
+}
+
+func TestRedisBroker(t *testing.T) {
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			channelstest.RunBroker(t, 2, func(t *testing.T, n int) []*channels.Registry {
+				ch := "test:" + uuid.NewString() // isolates cases on a shared real server
+				regs := make([]*channels.Registry, n)
+				for i := range regs {
+					b, err := channels.NewRedisBroker(context.Background(), be.client(t), channels.RedisBrokerOptions{Channel: ch})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = b.Close() })
+					regs[i] = channels.NewRegistry(channels.Options{Broker: b})
+					b.Start(regs[i].DeliverLocal)
+				}
+				return regs
+			})
+		})
+	}
+}
+
+func newRedisPresence(t *testing.T, rdb redis.UniversalClient, prefix, node string, ttl time.Duration, onGone func(app, ch, user string)) *channels.RedisPresence {
+	p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeID: node, NodeTTL: ttl, OnGone: onGone})
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func TestRedisPresence(t *testing.T) {
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			channelstest.RunPresence(t, func(t *testing.T) channels.PresenceStore {
+				return newRedisPresence(t, be.client(t), "test:"+uuid.NewString()+":", "", 0, nil)
+			})
+		})
+	}
+}
+
+// gone records OnGone calls.
+type gone struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (g *gone) add(app, ch, user string) {
+	g.mu.Lock()
+	g.got = append(g.got, app+"/"+ch+"/"+user)
+	g.mu.Unlock()
+}
+
+func (g *gone) list() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.got)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRedisPresenceTwoNodes(t *testing.T) {
+	ctx := context.Background()
+	m := channels.Member{UserID: "u1", Info: []byte(`{"name":"a"}`)}
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			prefix := "test:" + uuid.NewString() + ":"
+			a := newRedisPresence(t, be.client(t), prefix, "A", 0, nil)
+			b := newRedisPresence(t, be.client(t), prefix, "B", 0, nil)
+			steps := []struct {
+				name string
+				do   func() (bool, error)
+				want bool
+			}{
+				{"join on A is first", func() (bool, error) { return a.Join(ctx, "app", "presence-r", "1.1", m) }, true},
+				{"same user on B is not first", func() (bool, error) { return b.Join(ctx, "app", "presence-r", "2.1", m) }, false},
+				{"leave on A is not last", func() (bool, error) { return a.Leave(ctx, "app", "presence-r", "1.1", "u1") }, false},
+				{"leave on B is last", func() (bool, error) { return b.Leave(ctx, "app", "presence-r", "2.1", "u1") }, true},
+			}
+			for i, st := range steps {
+				got, err := st.do()
+				if err != nil || got != st.want {
+					t.Fatalf("%s: got %v err %v, want %v", st.name, got, err, st.want)
+				}
+				if i == 1 {
+					for _, p := range []*channels.RedisPresence{a, b} {
+						ms, err := p.Members(ctx, "app", "presence-r")
+						if err != nil || len(ms) != 1 || ms[0].UserID != "u1" || string(ms[0].Info) != `{"name":"a"}` {
+							t.Fatalf("one member on both nodes: %+v %v", ms, err)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRedisPresenceReapsDeadNode: a node that stops heartbeating loses its members to a
+// survivor, which reports each user whose last socket went once; users still connected
+// through the survivor stay.
+func TestRedisPresenceReapsDeadNode(t *testing.T) {
+	ctx := context.Background()
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			prefix := "test:" + uuid.NewString() + ":"
+			const ttl = 300 * time.Millisecond
+			var g gone
+			dead := channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTTL: ttl})
+			if err := dead.Heartbeat(ctx); err != nil { // one heartbeat, then silence: a crash
+				t.Fatal(err)
+			}
+			alive := newRedisPresence(t, be.client(t), prefix, "alive", ttl, g.add)
+			for _, j := range []struct {
+				p          *channels.RedisPresence
+				sock, user string
+			}{{dead, "1.1", "u1"}, {dead, "1.2", "u1"}, {dead, "1.3", "u2"}, {alive, "2.1", "u2"}, {dead, "1.4", "u3"}} {
+				if _, err := j.p.Join(ctx, "app", "presence-r", j.sock, channels.Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			alive.Start()
+			waitUntil(t, "the dead node reaped", func() bool { return len(g.list()) == 2 })
+			got := g.list()
+			slices.Sort(got)
+			if !slices.Equal(got, []string{"app/presence-r/u1", "app/presence-r/u3"}) {
+				t.Fatalf("gone = %q", got)
+			}
+			ms, err := alive.Members(ctx, "app", "presence-r")
+			if err != nil || len(ms) != 1 || ms[0].UserID != "u2" {
+				t.Fatalf("members after reap: %+v %v", ms, err)
+			}
+			if last, err := alive.Leave(ctx, "app", "presence-r", "2.1", "u2"); err != nil || !last {
+				t.Fatalf("u2's remaining socket leaving: last=%v err=%v", last, err)
+			}
+		})
+	}
+}
+
+// TestRedisPresenceRejoinsAfterFlush: when Redis loses everything, the next heartbeat puts
+// this node's members back.
+func TestRedisPresenceRejoinsAfterFlush(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	p := newRedisPresence(t, rdb, "", "n1", 0, nil)
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Join(ctx, "app", "presence-r", "1.1", channels.Member{UserID: "u1", Info: []byte(`{"a":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	mr.FlushAll()
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := p.Members(ctx, "app", "presence-r")
+	if err != nil || len(ms) != 1 || string(ms[0].Info) != `{"a":1}` {
+		t.Fatalf("members after flush and heartbeat: %+v %v", ms, err)
+	}
+	if last, err := p.Leave(ctx, "app", "presence-r", "1.1", "u1"); err != nil || !last {
+		t.Fatalf("leave after rejoin: %v %v", last, err)
+	}
+}
+
+// TestRedisPresenceRetriesFailedLeave: a leave that could not reach Redis is retried by the
+// heartbeat, and a last leave is then reported through OnGone.
+func TestRedisPresenceRetriesFailedLeave(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var g gone
+	p := newRedisPresence(t, rdb, "", "n1", 0, g.add)
+	if _, err := p.Join(ctx, "app", "presence-r", "1.1", channels.Member{UserID: "u1", Info: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	addr := mr.Addr()
+	mr.Close()
+	if _, err := p.Leave(ctx, "app", "presence-r", "1.1", "u1"); err == nil {
+		t.Fatal("leave during an outage reported no error")
+	}
+	if err := mr.StartAddr(addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.list(); !slices.Equal(got, []string{"app/presence-r/u1"}) {
+		t.Fatalf("gone = %q", got)
+	}
+	if ms, err := p.Members(ctx, "app", "presence-r"); err != nil || len(ms) != 0 {
+		t.Fatalf("members: %+v %v", ms, err)
+	}
+}
+
+// TestRedisOccupancy: counts, channel lists and the socket index answer for every node;
+// a node that stops heartbeating drops out of the answers.
+func TestRedisOccupancy(t *testing.T) {
+	ctx := context.Background()
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			prefix := "test:" + uuid.NewString() + ":"
+			const ttl = 600 * time.Millisecond
+			var regs [2]*channels.Registry
+			var occs [2]*channels.RedisOccupancy
+			var pres [2]*channels.RedisPresence
+			for i := range regs {
+				pres[i] = channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTTL: ttl})
+				occs[i] = channels.NewRedisOccupancy(pres[i], "private-toolmark.", nil)
+				t.Cleanup(occs[i].Close)
+				regs[i] = channels.NewRegistry(channels.Options{Presence: pres[i], Occupancy: occs[i]})
+				if err := pres[i].Heartbeat(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			regs[0].Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
+			regs[1].Subscribe("app", "news", &channelstest.Sink{ID: "2.1"})
+			regs[1].Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "2.1"})
+			regs[1].Subscribe("app2", "news", &channelstest.Sink{ID: "2.2"})
+			waitUntil(t, "counts from both nodes", func() bool {
+				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
+				return err == nil && n == 2
+			})
+			list, err := occs[0].Channels(ctx, "app", "")
+			if err != nil || len(list) != 2 || list[0] != (channels.ChannelInfo{Name: "news", SubscriptionCount: 2}) || list[1].Name != "private-toolmark.u1.c1" {
+				t.Fatalf("channels = %+v %v", list, err)
+			}
+			app, chans, ok, err := occs[0].Socket(ctx, "2.1")
+			if err != nil || !ok || app != "app" || len(chans) != 1 || chans[0] != "private-toolmark.u1.c1" {
+				t.Fatalf("socket 2.1 from node A: %q %q %v %v", app, chans, ok, err)
+			}
+			if _, _, ok, _ := occs[0].Socket(ctx, "1.1"); ok {
+				t.Fatal("a socket without indexed channels is indexed")
+			}
+			regs[1].Unsubscribe("app", "private-toolmark.u1.c1", "2.1")
+			if _, _, ok, _ := occs[0].Socket(ctx, "2.1"); ok {
+				t.Fatal("socket still indexed after its last indexed channel")
+			}
+			// Node B goes silent: A keeps heartbeating and stops counting B.
+			pres[0].Start()
+			t.Cleanup(func() { _ = pres[0].Close() })
+			waitUntil(t, "node B to drop out", func() bool {
+				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
+				return err == nil && n == 1
+			})
+		})
+	}
+}

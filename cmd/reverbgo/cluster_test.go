@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	neturl "net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/config"
+)
+
+const (
+	appID  = "app1"
+	appKey = "app1-key"
+	secret = "app1-secret"
+)
+
+// testNode is one in-process reverbgo behind an httptest server.
+type testNode struct {
+	n  *node
+	ts *httptest.Server
+}
+
+// startNodes builds n nodes from one config; with scaling they share the Redis at redisURL.
+func startNodes(t *testing.T, n int, redisURL, channel string) []*testNode {
+	t.Helper()
+	yaml := "apps:\n  - {app_id: " + appID + ", key: " + appKey + ", secret: " + secret + ", accept_client_events_from: members}\n"
+	if redisURL != "" {
+		yaml += fmt.Sprintf("scaling: {enabled: true, redis_url: %q, channel: %q}\n", redisURL, channel)
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*testNode, n)
+	for i := range out {
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(nd.e)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			nd.shutdown(ctx, nil)
+			ts.Close()
+		})
+		out[i] = &testNode{nd, ts}
+	}
+	return out
+}
+
+type event struct {
+	Event   string `json:"event"`
+	Channel string `json:"channel"`
+	Data    string `json:"data"`
+}
+
+// wsClient is a gorilla WebSocket client whose reader goroutine feeds events.
+type wsClient struct {
+	t      *testing.T
+	ws     *websocket.Conn
+	events chan event
+	socket string
+}
+
+func connect(t *testing.T, nd *testNode) *wsClient {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(nd.ts.URL, "http") + "/app/" + appKey + "?protocol=7"
+	ws, _, err := websocket.DefaultDialer.Dial(u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &wsClient{t: t, ws: ws, events: make(chan event, 100)}
+	go func() {
+		defer close(c.events)
+		for {
+			_, p, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			var ev event
+			if json.Unmarshal(p, &ev) == nil {
+				c.events <- ev
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = ws.Close() })
+	var est struct {
+		SocketID string `json:"socket_id"`
+	}
+	_ = json.Unmarshal([]byte(c.next("pusher:connection_established", "").Data), &est)
+	c.socket = est.SocketID
+	return c
+}
+
+// next returns the next event and fails if it is not name on channel.
+func (c *wsClient) next(name, channel string) event {
+	c.t.Helper()
+	select {
+	case ev, ok := <-c.events:
+		if !ok {
+			c.t.Fatalf("socket closed waiting for %s", name)
+		}
+		if ev.Event != name || ev.Channel != channel {
+			c.t.Fatalf("got %s on %q (%s), want %s on %q", ev.Event, ev.Channel, ev.Data, name, channel)
+		}
+		return ev
+	case <-time.After(5 * time.Second):
+		c.t.Fatalf("timed out waiting for %s on %q", name, channel)
+	}
+	return event{}
+}
+
+// skipTo returns the first event that is name on channel, skipping others.
+func (c *wsClient) skipTo(name, channel string) event {
+	c.t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ev, ok := <-c.events:
+			if !ok {
+				c.t.Fatalf("socket closed waiting for %s", name)
+			}
+			if ev.Event == name && ev.Channel == channel {
+				return ev
+			}
+		case <-deadline:
+			c.t.Fatalf("timed out waiting for %s on %q", name, channel)
+		}
+	}
+}
+
+func (c *wsClient) send(v any) {
+	c.t.Helper()
+	if err := c.ws.WriteJSON(v); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *wsClient) subscribe(channel string) {
+	c.t.Helper()
+	c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": channel}})
+	c.next("pusher_internal:subscription_succeeded", channel)
+}
+
+// joinPresence subscribes as user and returns the member count of subscription_succeeded.
+func (c *wsClient) joinPresence(channel, user string) int {
+	c.t.Helper()
+	data := `{"user_id":"` + user + `","user_info":{"name":"` + user + `"}}`
+	sig := appKey + ":" + auth.PresenceSignature(secret, c.socket, channel, data)
+	c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": channel, "auth": sig, "channel_data": data}})
+	var p struct {
+		Presence struct {
+			Count int `json:"count"`
+		} `json:"presence"`
+	}
+	_ = json.Unmarshal([]byte(c.next("pusher_internal:subscription_succeeded", channel).Data), &p)
+	return p.Presence.Count
+}
+
+// trigger publishes through a node's signed HTTP API.
+func trigger(t *testing.T, nd *testNode, channel, name, data string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"name": name, "channel": channel, "data": data})
+	path := "/apps/" + appID + "/events"
+	q := auth.SignRequest("POST", path, nil, body, appKey, secret, time.Now())
+	resp, err := http.Post(nd.ts.URL+path+"?"+q.Encode(), "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("trigger on %s: %d", channel, resp.StatusCode)
+	}
+}
+
+// apiGet sends a signed GET through a node's HTTP API and returns the body.
+func apiGet(t *testing.T, nd *testNode, path, query string) string {
+	t.Helper()
+	q, _ := neturl.ParseQuery(query)
+	signed := auth.SignRequest("GET", path, q, nil, appKey, secret, time.Now())
+	resp, err := http.Get(nd.ts.URL + path + "?" + signed.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
+}
+
+func redisURLs(t *testing.T) map[string]string {
+	mr := miniredis.RunT(t)
+	urls := map[string]string{"miniredis": "redis://" + mr.Addr() + "/0"}
+	if u := os.Getenv("REVERBGO_TEST_REDIS_URL"); u != "" {
+		urls["redis"] = u
+	} else {
+		t.Log("REVERBGO_TEST_REDIS_URL not set: real-Redis case skipped")
+	}
+	return urls
+}
+
+// TestTwoNodes drives two in-process servers on one Redis with WebSocket clients: a publish
+// through node A's HTTP API reaches a subscriber on node B, and presence is cluster-wide.
+func TestTwoNodes(t *testing.T) {
+	for name, url := range redisURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			nodes := startNodes(t, 2, url, "test-"+uuid.NewString())
+			a, b := nodes[0], nodes[1]
+
+			onB := connect(t, b)
+			onB.subscribe("news")
+			trigger(t, a, "news", "hello", `{"n":1}`)
+			if ev := onB.next("hello", "news"); ev.Data != `{"n":1}` {
+				t.Fatalf("data %q", ev.Data)
+			}
+
+			const room = "presence-room"
+			obs := connect(t, b)
+			if n := obs.joinPresence(room, "obs"); n != 1 {
+				t.Fatalf("observer sees %d members", n)
+			}
+			// step sends frame from c, then a ping: the pong proves the reader finished the frame,
+			// publishes included. A marker published through A afterwards therefore arrives
+			// after anything the step sent, so the observer must see exactly want, then it.
+			step := func(c *wsClient, frame map[string]any, want ...string) {
+				t.Helper()
+				if frame != nil {
+					c.send(frame)
+				}
+				c.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
+				c.skipTo("pusher:pong", "") // c is in the room too: markers, member events
+				trigger(t, a, room, "marker", "{}")
+				for _, w := range want {
+					obs.next(w, room)
+				}
+				obs.next("marker", room)
+			}
+			unsubscribe := map[string]any{"event": "pusher:unsubscribe", "data": map[string]string{"channel": room}}
+			u1a := connect(t, a)
+			if n := u1a.joinPresence(room, "u1"); n != 2 {
+				t.Fatalf("u1 on A sees %d members, want 2", n)
+			}
+			step(u1a, nil, "pusher_internal:member_added")
+			u1b := connect(t, b)
+			if n := u1b.joinPresence(room, "u1"); n != 2 {
+				t.Fatalf("u1's second socket on B sees %d members, want 2", n)
+			}
+			step(u1b, nil)                                           // no second member_added
+			step(u1a, unsubscribe)                                   // u1 is still on B: no member_removed
+			step(u1b, unsubscribe, "pusher_internal:member_removed") // the last socket: once
+
+			// Cluster-wide answers on A about sockets on B.
+			tm := connect(t, b)
+			tmCh := "private-toolmark.u9.c1"
+			tm.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": tmCh, "auth": appKey + ":" + auth.ChannelSignature(secret, tm.socket, tmCh)}})
+			tm.next("pusher_internal:subscription_succeeded", tmCh)
+			if !a.n.srv.Subscribed(appID, tmCh) {
+				t.Fatal("A does not see the toolmark page subscribed on B")
+			}
+			if app, chans, ok := a.n.srv.Channels(tm.socket); !ok || app != appID || len(chans) != 1 || chans[0] != tmCh {
+				t.Fatalf("A's lookup of B's socket: %q %q %v", app, chans, ok)
+			}
+			if a.n.srv.Subscribed(appID, "private-toolmark.nobody.c1") {
+				t.Fatal("an empty toolmark channel reads as subscribed")
+			}
+			waitFor(t, "A's API to count B's subscriber of news", func() bool {
+				return apiGet(t, a, "/apps/"+appID+"/channels/news", "info=subscription_count") == `{"occupied":true,"subscription_count":1}`
+			})
+
+			resp, err := http.Get(a.ts.URL + "/up")
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("/up: %v %v", resp, err)
+			}
+			_ = resp.Body.Close()
+		})
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestScalingRefusesUnreachableRedis: a node with scaling enabled does not start alone.
+func TestScalingRefusesUnreachableRedis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	url := "redis://" + mr.Addr() + "/0"
+	mr.Close()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	yaml := "apps:\n  - {app_id: a, key: k, secret: s}\nscaling: {enabled: true, redis_url: \"" + url + "\"}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry()); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("newNode with Redis down: %v", err)
+	}
+}
