@@ -37,7 +37,7 @@ YAML
 GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
   --config "$BENCH_OUT/reverbgo.yaml" --log-level warn >"$BENCH_OUT/reverbgo.log" 2>&1 </dev/null &
 for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:16401/up >/dev/null 2>&1 && break; sleep 0.1; done
-OURS=$(pgrep -f "$BENCH_OUT/reverbgo start" | head -1)
+OURS=$(pgrep -f "^$BENCH_OUT/reverbgo start" | head -1) # the server, not its timeout wrapper
 SOKETI=$(PORT=16301 "$scripts/start_soketi.sh" | tail -1)
 RAW=$(PORT=16501 "$scripts/start_rawserver.sh" | tail -1)
 cleanup() { for p in "$OURS" "$SOKETI" "$RAW"; do "$scripts/stop_pid.sh" "$p" >/dev/null 2>&1 || true; done; }

@@ -72,6 +72,14 @@ func (k Kind) AllowsClientEvents() bool {
 	return k == Private || k == Presence || k == PrivateCache || k == PresenceCache
 }
 
+// TerminateChannel carries terminate_connections to every node: its frames are a user id,
+// and each node's server is its only subscriber. Internal names start with a NUL byte, so
+// no client can name them (ValidName) and listings and counters skip them.
+const TerminateChannel = "\x00terminate"
+
+// IsInternal reports whether name is a server-to-server channel.
+func IsInternal(name string) bool { return strings.HasPrefix(name, "\x00") }
+
 // ValidName reports whether name matches ^#?[-a-zA-Z0-9_=@,.;]+$ within MaxNameLength.
 func ValidName(name string) bool {
 	if len(name) == 0 || len(name) > MaxNameLength {

@@ -101,7 +101,7 @@ func (r *Registry) Subscribe(app, name string, sub Subscriber) (count int, added
 	count = len(ch.subs)
 	ch.mu.Unlock()
 	s.mu.Unlock()
-	if added && r.occ != nil {
+	if added && r.occ != nil && !IsInternal(name) {
 		r.occ.Subscribed(app, name, sub.SocketID())
 	}
 	return count, added
@@ -129,7 +129,7 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 		delete(s.channels, k)
 	}
 	s.mu.Unlock()
-	if removed && r.occ != nil {
+	if removed && r.occ != nil && !IsInternal(name) {
 		r.occ.Unsubscribed(app, name, socketID)
 	}
 	return remaining, removed
@@ -214,7 +214,7 @@ func (r *Registry) Channels(app, prefix string) []ChannelInfo {
 		s := &r.shards[i]
 		s.mu.RLock()
 		for k, ch := range s.channels {
-			if k.app != app || !strings.HasPrefix(k.name, prefix) {
+			if k.app != app || !strings.HasPrefix(k.name, prefix) || IsInternal(k.name) {
 				continue
 			}
 			ch.mu.RLock()

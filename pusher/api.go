@@ -373,10 +373,27 @@ func (s *Server) handleTerminate(c echo.Context) error {
 	if err != nil || user == "" {
 		return apiError(c, http.StatusBadRequest, "Invalid user id")
 	}
-	for _, conn := range s.sockets.userConns(app.cfg.ID, user) {
-		conn.closeWith(CloseTerminated)
+	// Every node closes its own sockets of the user: the request goes through the broker.
+	msg := channels.Message{AppID: app.cfg.ID, Channel: channels.TerminateChannel, Frame: []byte(user)}
+	if err := s.reg.Publish(c.Request().Context(), msg); err != nil {
+		return apiError(c, http.StatusServiceUnavailable, "Could not reach every node: "+err.Error())
 	}
 	return c.JSON(http.StatusOK, struct{}{})
+}
+
+// terminator is each app's subscriber to channels.TerminateChannel on this node.
+type terminator struct {
+	s     *Server
+	appID string
+}
+
+func (t terminator) SocketID() string { return "\x00terminator" }
+
+// Send closes the named user's sockets on this node; closeWith never blocks.
+func (t terminator) Send(frame []byte) {
+	for _, conn := range t.s.sockets.userConns(t.appID, string(frame)) {
+		conn.closeWith(CloseTerminated)
+	}
 }
 
 func (s *Server) handleConnections(c echo.Context) error {

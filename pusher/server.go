@@ -116,6 +116,7 @@ func NewServer(opts Options) *Server {
 		a := &appState{cfg: &s.cfg.Apps[i]}
 		s.appsByID[a.cfg.ID] = a
 		s.appsKey[a.cfg.Key] = a
+		s.reg.Subscribe(a.cfg.ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg.ID})
 	}
 	s.upgrader = websocket.Upgrader{
 		ReadBufferSize:  512,
