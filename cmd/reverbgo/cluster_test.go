@@ -290,6 +290,27 @@ func TestTwoNodes(t *testing.T) {
 				return apiGet(t, a, "/apps/"+appID+"/channels/news", "info=subscription_count") == `{"occupied":true,"subscription_count":1}`
 			})
 
+			// terminate_connections sent to A closes the user's socket on B only.
+			victim, bystander := connect(t, b), connect(t, b)
+			for c, user := range map[*wsClient]string{victim: "t1", bystander: "t2"} {
+				ud := `{"id":"` + user + `"}`
+				c.send(map[string]any{"event": "pusher:signin", "data": map[string]string{
+					"auth": appKey + ":" + auth.SigninSignature(secret, c.socket, ud), "user_data": ud}})
+				c.next("pusher:signin_success", "")
+			}
+			path := "/apps/" + appID + "/users/t1/terminate_connections"
+			q := auth.SignRequest("POST", path, nil, []byte("{}"), appKey, secret, time.Now())
+			tr, err := http.Post(a.ts.URL+path+"?"+q.Encode(), "application/json", strings.NewReader("{}"))
+			if err != nil || tr.StatusCode != 200 {
+				t.Fatalf("terminate_connections: %v %v", tr, err)
+			}
+			_ = tr.Body.Close()
+			victim.skipTo("pusher:error", "")
+			for range victim.events { // drained until the server closes it
+			}
+			bystander.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
+			bystander.next("pusher:pong", "")
+
 			resp, err := http.Get(a.ts.URL + "/up")
 			if err != nil || resp.StatusCode != 200 {
 				t.Fatalf("/up: %v %v", resp, err)
