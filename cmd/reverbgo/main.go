@@ -171,6 +171,9 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	tlsOn := cfg.Server.TLS.Cert != "" && cfg.Server.TLS.Key != ""
+	if !tlsOn {
+		ln = srv.FastListener(ln, prefix) // WebSocket upgrades skip net/http; the rest is served below
+	}
 	logger.Info("reverbgo listening", "addr", ln.Addr().String(), "path", prefix, "tls", tlsOn, "apps", len(cfg.Apps), "version", version)
 
 	errc := make(chan error, 1)
