@@ -126,7 +126,7 @@ func parseUpgradeHead(b []byte, prefix string) (upgradeHead, headResult) {
 // of unreserved characters (so echo's router and the app lookup see the same bytes).
 func parseRequestLine(h *upgradeHead, line []byte, prefix string) bool {
 	const method, proto = "GET ", " HTTP/1.1"
-	if !bytes.HasPrefix(line, []byte(method)) || !bytes.HasSuffix(line, []byte(proto)) {
+	if len(line) < len(method)+len(proto) || !bytes.HasPrefix(line, []byte(method)) || !bytes.HasSuffix(line, []byte(proto)) {
 		return false
 	}
 	target := line[len(method) : len(line)-len(proto)]
