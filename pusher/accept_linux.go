@@ -44,9 +44,6 @@ func (s *Server) FastListener(ln net.Listener, prefix string) net.Listener {
 	if fd < 0 {
 		return ln
 	}
-	// Accepted sockets inherit TCP_NODELAY on Linux, which spares one setsockopt each
-	// (net/http's sockets get it from Go's accept).
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	// TCP_DEFER_ACCEPT: the kernel queues a connection once its first bytes (the request
 	// head) arrived, so accept is followed by a read that finds them instead of an EAGAIN,
 	// an epoll wake-up and a second read. Every client of this port speaks first.
@@ -198,6 +195,10 @@ func (p *poller) accept(a *acceptor) {
 		a.mu.RUnlock()
 		switch errno {
 		case 0:
+			// As Go's accept does: without it Nagle holds back every small frame that
+			// follows an unacknowledged one. (Inheriting it from the listener works for
+			// plain TCP but not from an MPTCP listener, Go's default since 1.24.)
+			_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 			p.startHandshake(a, int(fd))
 		case unix.EINTR, unix.ECONNABORTED:
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:

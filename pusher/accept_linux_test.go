@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/reverbgo/reverbgo/config"
 )
 
@@ -153,5 +155,20 @@ func TestFastListenerFallbacks(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+	}
+}
+
+// Accepted sockets inherit TCP_NODELAY from the listener: without it, Nagle holds back
+// every small frame that follows an unacknowledged one.
+func TestFastListenerNoDelay(t *testing.T) {
+	fast := newServer(t, withFastListener())
+	rawHead(t, fast.ts.Listener.Addr().String(), wsHead(testKey))
+	var nodelay int
+	var err error
+	fast.s.sockets.each(func(c *Conn) {
+		_ = c.raw.Control(func(fd uintptr) { nodelay, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY) })
+	})
+	if err != nil || nodelay == 0 {
+		t.Fatalf("TCP_NODELAY %d %v", nodelay, err)
 	}
 }
