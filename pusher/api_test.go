@@ -298,9 +298,8 @@ func TestConnectionsAndUp(t *testing.T) {
 }
 
 func TestRoutesWithPrefix(t *testing.T) {
-	ts := newServer(t)
 	// A second echo mount with a prefix: SDKs sign the path without it.
-	ts.s.Routes(ts.e, "/reverb")
+	ts := newServer(t, withPrefix("/reverb"))
 	path := "/apps/" + testAppID + "/connections"
 	q := auth.SignRequest("GET", path, nil, nil, testKey, testSecret, time.Now())
 	if st, body := ts.rawAPI(t, "GET", "/reverb"+path+"?"+q.Encode(), nil); st != 200 {

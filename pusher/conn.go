@@ -68,6 +68,8 @@ type Conn struct {
 	polled atomic.Bool // registered with a poller: only the poller may close the fd
 	fd     int32       // the socket's fd while polled (the poller's key)
 	rd     wsReader    // frame parser state, owned by the poller
+
+	fdc fdConn // netConn and raw of a socket the fast listener upgraded (accept_linux.go)
 }
 
 // SocketID implements channels.Subscriber.

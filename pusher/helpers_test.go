@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,9 @@ type setup struct {
 	cfg  *config.Config
 	opts Options
 	tls  bool
+	fast bool // serve through FastListener
+	// prefixes are mounted besides "" before the server starts
+	prefixes []string
 }
 
 type serverOpt func(*setup)
@@ -56,6 +60,13 @@ func withOptions(fn func(*Options)) serverOpt { return func(s *setup) { fn(&s.op
 
 // withTLS serves over TLS: connections then use the blocking writer (no raw socket).
 func withTLS() serverOpt { return func(s *setup) { s.tls = true } }
+
+// withFastListener serves through FastListener, as cmd/reverbgo does without TLS.
+// PUSHER_TEST_FAST_ACCEPT=1 does so for every plain server of the suite.
+func withFastListener() serverOpt { return func(s *setup) { s.fast = true } }
+
+// withPrefix mounts the routes under p as well.
+func withPrefix(p string) serverOpt { return func(s *setup) { s.prefixes = append(s.prefixes, p) } }
 
 func boolPtr(b bool) *bool { return &b }
 func intPtr(n int) *int    { return &n }
@@ -91,7 +102,7 @@ type tserver struct {
 
 func newServer(t testing.TB, opts ...serverOpt) *tserver {
 	t.Helper()
-	st := &setup{cfg: testConfig()}
+	st := &setup{cfg: testConfig(), fast: os.Getenv("PUSHER_TEST_FAST_ACCEPT") == "1"}
 	st.opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, o := range opts {
 		o(st)
@@ -101,7 +112,13 @@ func newServer(t testing.TB, opts ...serverOpt) *tserver {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	s.Routes(e, "")
+	for _, p := range st.prefixes {
+		s.Routes(e, p)
+	}
 	ts := httptest.NewUnstartedServer(e)
+	if st.fast && !st.tls {
+		ts.Listener = s.FastListener(ts.Listener, "")
+	}
 	if st.tls {
 		ts.StartTLS()
 	} else {

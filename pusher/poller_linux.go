@@ -5,6 +5,8 @@ package pusher
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +36,12 @@ type poller struct {
 
 	mu    sync.Mutex
 	conns map[int32]*Conn // registered sockets by fd
+
+	// Fast accept (accept_linux.go); only the poller goroutine touches these but acc.
+	acc          atomic.Pointer[acceptor] // the listener in this epoll set, if any
+	hs           map[int32]*handshake     // accepted sockets whose head is incomplete
+	out          []byte                   // scratch for 101 responses
+	acceptPaused int64                    // unix nanoseconds to re-register the listener, 0 if not paused
 }
 
 // pollers are created on first use, so a server that only ever sees TLS never opens them.
@@ -41,6 +49,7 @@ type pollerSet struct {
 	once sync.Once
 	all  []*poller
 	err  error
+	acc  atomic.Pointer[acceptor] // FastListener's, if any
 }
 
 // poller picks one for a new connection, starting them on first use (N = GOMAXPROCS).
@@ -73,6 +82,9 @@ func (s *Server) stopPollers() {
 		var one = [8]byte{1}
 		_, _ = unix.Write(p.wakefd, one[:])
 	}
+	if a := s.pollers.acc.Load(); a != nil {
+		a.handOff() // keep answering (4200 while draining) until the listener is closed
+	}
 }
 
 func newPoller(stop <-chan struct{}) (*poller, error) {
@@ -96,6 +108,8 @@ func newPoller(stop <-chan struct{}) (*poller, error) {
 		buf:    make([]byte, pollReadSize),
 		events: make([]unix.EpollEvent, 256),
 		conns:  make(map[int32]*Conn),
+		hs:     make(map[int32]*handshake),
+		out:    make([]byte, 0, 512),
 	}, nil
 }
 
@@ -140,15 +154,21 @@ func (p *poller) run() {
 	defer func() {
 		_ = unix.Close(p.epfd)
 		_ = unix.Close(p.wakefd)
+		for fd := range p.hs {
+			_ = unix.Close(int(fd))
+		}
 	}()
+	var nextExpiry int64
 	for {
-		n, err := unix.EpollWait(p.epfd, p.events, -1)
-		if err != nil {
-			if err == unix.EINTR {
-				continue
-			}
+		timeout := -1 // no handshake can time out and no accept is paused: sleep
+		if len(p.hs) > 0 || p.acceptPaused != 0 {
+			timeout = 100
+		}
+		n, err := unix.EpollWait(p.epfd, p.events, timeout)
+		if err != nil && err != unix.EINTR {
 			return
 		}
+		acc := p.acc.Load()
 		for i := range n {
 			ev := p.events[i]
 			if ev.Fd == int32(p.wakefd) {
@@ -159,11 +179,32 @@ func (p *poller) run() {
 				}
 				continue
 			}
+			if acc != nil && ev.Fd == int32(acc.fd) {
+				p.accept(acc)
+				continue
+			}
 			p.mu.Lock()
 			c := p.conns[ev.Fd]
 			p.mu.Unlock()
 			if c != nil {
 				p.read(c, ev.Events)
+			} else if h := p.hs[ev.Fd]; h != nil {
+				if acc == nil { // the listener closed: nobody would take it any more
+					delete(p.hs, ev.Fd)
+					_ = unix.Close(int(ev.Fd))
+					continue
+				}
+				p.handshakeRead(acc, int(ev.Fd), h)
+			}
+		}
+		if len(p.hs) > 0 || p.acceptPaused != 0 {
+			now := time.Now().UnixNano()
+			if p.acceptPaused != 0 && now >= p.acceptPaused {
+				p.resumeAccept()
+			}
+			if now >= nextExpiry {
+				p.expireHandshakes(now)
+				nextExpiry = now + int64(time.Second)
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -36,33 +37,15 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 		return // the upgrader already answered with an HTTP error or closed the socket
 	}
 	c := &Conn{srv: s, app: app, ws: ws, netConn: uw.conn.Conn, socketID: socketID, maxBytes: s.maxQueue, flushed: make(chan struct{})}
-	if tc, ok := c.netConn.(*net.TCPConn); ok {
-		if rc, err := tc.SyscallConn(); err == nil {
+	// A *net.TCPConn, or the fast listener's replayConn around one; never a *tls.Conn.
+	if sc, ok := c.netConn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
 			c.raw = rc
 		}
 	}
-	c.fl = s.flushers[int(fastrandn(uint32(len(s.flushers))))]
-	if !s.sockets.add(c) {
-		// Another socket took this random 80-bit id since unusedSocketID looked: the
-		// client was already told the id, so drop it and let it reconnect.
-		_ = c.netConn.Close()
-		app.conns.Add(-1)
+	if !s.register(c) {
 		return
 	}
-	// draining is checked and active counted under one lock that Shutdown also takes to
-	// set draining, so no connection is counted after Shutdown starts waiting and none
-	// added before the check escapes Shutdown's walk of the socket table.
-	s.activeMu.Lock()
-	if s.draining.Load() {
-		s.activeMu.Unlock()
-		s.sockets.remove(c)
-		_ = c.netConn.Close() // pusher-js reconnects at once after an abnormal close
-		app.conns.Add(-1)
-		return
-	}
-	s.active.Add(1)
-	s.activeMu.Unlock()
-	c.lastActivity.Store(s.now().UnixNano())
 	if s.startReader(c) {
 		return
 	}
@@ -74,9 +57,45 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 	}()
 }
 
+// register gives an upgraded connection its flusher and enters it in the socket table
+// and the active count. It reports false, having closed the socket and released the
+// app's quota, if the connection must be dropped.
+func (s *Server) register(c *Conn) bool {
+	app := c.app
+	c.fl = s.flushers[int(fastrandn(uint32(len(s.flushers))))]
+	if !s.sockets.add(c) {
+		// Another socket took this random 80-bit id since unusedSocketID looked: the
+		// client was already told the id, so drop it and let it reconnect.
+		_ = c.netConn.Close()
+		app.conns.Add(-1)
+		return false
+	}
+	// draining is checked and active counted under one lock that Shutdown also takes to
+	// set draining, so no connection is counted after Shutdown starts waiting and none
+	// added before the check escapes Shutdown's walk of the socket table.
+	s.activeMu.Lock()
+	if s.draining.Load() {
+		s.activeMu.Unlock()
+		s.sockets.remove(c)
+		_ = c.netConn.Close() // pusher-js reconnects at once after an abnormal close
+		app.conns.Add(-1)
+		return false
+	}
+	s.active.Add(1)
+	s.activeMu.Unlock()
+	c.lastActivity.Store(s.now().UnixNano())
+	return true
+}
+
 // admit runs the checks that may refuse a connection and counts an admitted one against
 // the app's quota.
 func (s *Server) admit(app *appState, r *http.Request) CloseReason {
+	return s.admitRaw(app, r.Header.Get("Origin"), func() bool { return protocolSupported(r.URL.Query()) })
+}
+
+// admitRaw is admit for the fast path, which has no http.Request: origin is the Origin
+// header and protocolOK checks the query, called only if the earlier checks pass.
+func (s *Server) admitRaw(app *appState, origin string, protocolOK func() bool) CloseReason {
 	switch {
 	case s.draining.Load():
 		return CloseServerShutdown
@@ -84,9 +103,9 @@ func (s *Server) admit(app *appState, r *http.Request) CloseReason {
 		return CloseAppNotFound
 	case !app.cfg.IsEnabled():
 		return CloseAppDisabled
-	case !originAllowed(r.Header.Get("Origin"), app.cfg.AllowedOrigins):
+	case !originAllowed(origin, app.cfg.AllowedOrigins):
 		return CloseOriginNotAllowed
-	case !protocolSupported(r.URL.Query()):
+	case !protocolOK():
 		return CloseUnsupportedProtocol
 	}
 	if max := app.cfg.MaxConnections; max > 0 && app.conns.Add(1) > int64(max) {

@@ -225,6 +225,9 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	// No TCP keepalive: the Pusher protocol's own pings find dead peers, and the four
 	// setsockopt calls per accepted socket are a measurable share of accept cost.
 	lc := net.ListenConfig{KeepAlive: -1}
+	// Plain TCP: Go 1.24+ listens with MPTCP by default, and every accepted socket of a
+	// plain-TCP client then runs through the MPTCP fallback layer.
+	lc.SetMultipathTCP(false)
 	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		n.shutdown(context.Background(), nil)
@@ -237,6 +240,9 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	tlsOn := cfg.Server.TLS.Cert != "" && cfg.Server.TLS.Key != ""
+	if !tlsOn {
+		ln = n.srv.FastListener(ln, prefix) // WebSocket upgrades skip net/http; the rest is served below
+	}
 	logger.Info("reverbgo listening", "addr", ln.Addr().String(), "path", prefix, "tls", tlsOn, "apps", len(cfg.Apps), "version", version)
 
 	errc := make(chan error, 1)

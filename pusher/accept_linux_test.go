@@ -1,0 +1,174 @@
+//go:build linux
+
+package pusher
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/reverbgo/reverbgo/config"
+)
+
+// rawHead sends head (in pieces, with a pause between them) and returns the response head
+// and the first frame after it, if any.
+func rawHead(t *testing.T, addr string, pieces ...string) (string, []byte, net.Conn) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	for i, p := range pieces {
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if _, err := io.WriteString(nc, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(waitTimeout))
+	br := bufio.NewReader(nc)
+	var head strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		head.WriteString(line)
+		if err != nil || line == "\r\n" {
+			break
+		}
+	}
+	var frame []byte
+	if strings.HasPrefix(head.String(), "HTTP/1.1 101") {
+		b0, _ := br.ReadByte()
+		n, _ := br.ReadByte()
+		frame = make([]byte, int(n&0x7f))
+		_, _ = io.ReadFull(br, frame)
+		frame = append([]byte{b0, n}, frame...)
+	}
+	return head.String(), frame, nc
+}
+
+func wsHead(key string) string {
+	return strings.Replace(goodHead, "app-key", key, 1)
+}
+
+// The fast path answers byte for byte as gorilla did, with connection_established in the
+// same response, and the socket then works like any other.
+func TestFastListenerSameResponse(t *testing.T) {
+	slow := newServer(t)
+	fast := newServer(t, withFastListener())
+	slowHead, slowFrame, _ := rawHead(t, slow.ts.Listener.Addr().String(), wsHead(testKey))
+	fastHead, fastFrame, nc := rawHead(t, fast.ts.Listener.Addr().String(), wsHead(testKey))
+	if slowHead != fastHead || !strings.HasPrefix(fastHead, "HTTP/1.1 101 ") {
+		t.Fatalf("fast response head\n%q\nslow\n%q", fastHead, slowHead)
+	}
+	sid := func(f []byte) []byte { // socket ids (and so lengths) differ; nothing else may
+		f = f[2:]
+		i := bytes.Index(f, []byte(`socket_id\":\"`))
+		j := bytes.Index(f, []byte(`\",\"activity`))
+		if i < 0 || j < i {
+			t.Fatalf("no socket id in %q", f)
+		}
+		return append(append([]byte(nil), f[:i]...), f[j:]...)
+	}
+	if !bytes.Equal(sid(slowFrame), sid(fastFrame)) || len(slowFrame) == 0 {
+		t.Fatalf("fast first frame %q, slow %q", fastFrame, slowFrame)
+	}
+	if fast.s.ConnectionCount(testAppID) != 1 {
+		t.Fatalf("ConnectionCount %d", fast.s.ConnectionCount(testAppID))
+	}
+	// A masked pusher:ping gets a pong through the poller.
+	ping := []byte(`{"event":"pusher:ping","data":{}}`)
+	frame := append([]byte{0x81, 0x80 | byte(len(ping)), 0, 0, 0, 0}, ping...)
+	if _, err := nc.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, err := nc.Read(buf)
+	if err != nil || !bytes.Contains(buf[:n], []byte("pusher:pong")) {
+		t.Fatalf("pong: %q %v", buf[:n], err)
+	}
+}
+
+// A head that arrives in pieces is completed on the poller.
+func TestFastListenerSplitHead(t *testing.T) {
+	fast := newServer(t, withFastListener())
+	h := wsHead(testKey)
+	head, frame, _ := rawHead(t, fast.ts.Listener.Addr().String(), h[:20], h[20:100], h[100:])
+	if !strings.HasPrefix(head, "HTTP/1.1 101 ") || !bytes.Contains(frame, []byte("connection_established")) {
+		t.Fatalf("split head: %q %q", head, frame)
+	}
+}
+
+// Everything the fast path does not take reaches net/http with its bytes intact.
+func TestFastListenerFallbacks(t *testing.T) {
+	fast := newServer(t, withFastListener(), withApp(func(a *config.App) { a.AllowedOrigins = []string{"example.com"} }))
+	addr := fast.ts.Listener.Addr().String()
+
+	if st, body := fast.rawAPI(t, "GET", "/up", nil); st != 200 || !bytes.Contains(body, []byte("OK")) {
+		t.Fatalf("/up: %d %s", st, body)
+	}
+	// Refusals go the slow way and keep their codes.
+	for _, tc := range []struct {
+		name, head string
+		code       int
+	}{
+		{"unknown app", wsHead("nope"), 4001},
+		{"origin", strings.Replace(wsHead(testKey), "\r\n\r\n", "\r\nOrigin: https://evil.test\r\n\r\n", 1), 4009},
+		{"protocol", strings.Replace(wsHead(testKey), "protocol=7", "protocol=4", 1), 4007},
+	} {
+		head, frame, _ := rawHead(t, addr, tc.head)
+		if !strings.HasPrefix(head, "HTTP/1.1 101 ") || !bytes.Contains(frame, []byte(`\"code\":`+strconv.Itoa(tc.code))) {
+			t.Errorf("%s: %q %q", tc.name, head, frame)
+		}
+	}
+	// gorilla's answer to a bad handshake is unchanged.
+	head, frame, _ := rawHead(t, addr, strings.Replace(wsHead(testKey), "Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8", 1))
+	if _ = frame; !strings.HasPrefix(head, "HTTP/1.1 400 ") {
+		t.Errorf("version 8: %q", head)
+	}
+	// An allowed Origin takes the fast path.
+	head, frame, _ = rawHead(t, addr, strings.Replace(wsHead(testKey), "\r\n\r\n", "\r\nOrigin: https://example.com\r\n\r\n", 1))
+	if !strings.HasPrefix(head, "HTTP/1.1 101 ") || !bytes.Contains(frame, []byte("connection_established")) {
+		t.Errorf("allowed origin: %q %q", head, frame)
+	}
+	// Keep-alive requests after the first one are net/http's as well.
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	for range 2 {
+		_, _ = io.WriteString(nc, "GET /up HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("keep-alive /up: %v %v", resp, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// Accepted sockets inherit TCP_NODELAY from the listener: without it, Nagle holds back
+// every small frame that follows an unacknowledged one.
+func TestFastListenerNoDelay(t *testing.T) {
+	fast := newServer(t, withFastListener())
+	rawHead(t, fast.ts.Listener.Addr().String(), wsHead(testKey))
+	var nodelay int
+	var err error
+	fast.s.sockets.each(func(c *Conn) {
+		_ = c.raw.Control(func(fd uintptr) { nodelay, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY) })
+	})
+	if err != nil || nodelay == 0 {
+		t.Fatalf("TCP_NODELAY %d %v", nodelay, err)
+	}
+}
