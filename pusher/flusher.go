@@ -4,8 +4,6 @@ import (
 	"net"
 	"runtime"
 	"sync"
-	"syscall"
-	"unsafe"
 )
 
 // maxIovecs caps one writev (Linux IOV_MAX is 1024).
@@ -23,7 +21,7 @@ type flusher struct {
 	spare   []*Conn
 	wake    chan struct{}
 	stop    chan struct{}
-	iov     []syscall.Iovec
+	iov     iovecs
 	waiting bool
 }
 
@@ -31,7 +29,7 @@ func newFlushers(stop chan struct{}) []*flusher {
 	n := runtime.GOMAXPROCS(0)
 	fs := make([]*flusher, n)
 	for i := range fs {
-		fs[i] = &flusher{wake: make(chan struct{}, 1), stop: stop, iov: make([]syscall.Iovec, 0, maxIovecs)}
+		fs[i] = &flusher{wake: make(chan struct{}, 1), stop: stop, iov: newIovecs()}
 	}
 	return fs
 }
@@ -77,51 +75,6 @@ func (f *flusher) run() {
 		}
 		f.mu.Unlock()
 	}
-}
-
-// writev writes bufs to fd without blocking. It returns what is left unwritten (nil when
-// all went out) and a non-retryable error.
-func (f *flusher) writev(rc syscall.RawConn, bufs net.Buffers) (net.Buffers, error) {
-	var werr error
-	err := rc.Write(func(fd uintptr) bool {
-		for len(bufs) > 0 {
-			iov := f.iov[:0]
-			for _, b := range bufs {
-				if len(iov) == maxIovecs {
-					break
-				}
-				if len(b) == 0 {
-					continue
-				}
-				iov = append(iov, syscall.Iovec{Base: &b[0], Len: uint64(len(b))})
-			}
-			if len(iov) == 0 {
-				bufs = nil
-				break
-			}
-			n, _, errno := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-			clear(iov) // no stale pointers into frames
-			switch errno {
-			case 0:
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return true
-			default:
-				werr = errno
-				return true
-			}
-			bufs = consume(bufs, int(n))
-		}
-		return true
-	})
-	if err != nil {
-		return bufs, err
-	}
-	if len(bufs) == 0 {
-		bufs = nil
-	}
-	return bufs, werr
 }
 
 // consume drops n written bytes from the front of bufs.

@@ -38,7 +38,7 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 	}
 	c := &Conn{srv: s, app: app, ws: ws, netConn: uw.conn.Conn, socketID: socketID, maxBytes: s.maxQueue, flushed: make(chan struct{})}
 	// A *net.TCPConn, or the fast listener's replayConn around one; never a *tls.Conn.
-	if sc, ok := c.netConn.(syscall.Conn); ok {
+	if sc, ok := c.netConn.(syscall.Conn); ok && haveWritev {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.raw = rc
 		}

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command bridgebench measures Toolmark call round trips through reverbgo's embedded bridge.
 //
 // It plays both sides on one machine: N pages (one Pusher socket each, subscribed to its own
