@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,6 +65,14 @@ type callRequest struct {
 // compatibility of the app's client); explicit nulls count as absent for optional keys.
 // maxTimeout bounds timeout_ms. Every error is a *ProtocolError (422).
 func decodeCallRequest(body []byte, callKind string, maxTimeout time.Duration) (*callRequest, error) {
+	if req, ok := fastDecodeCallRequest(body, callKind, maxTimeout); ok {
+		return req, nil
+	}
+	return slowDecodeCallRequest(body, callKind, maxTimeout)
+}
+
+// slowDecodeCallRequest is the reference decoder: every error text comes from here.
+func slowDecodeCallRequest(body []byte, callKind string, maxTimeout time.Duration) (*callRequest, error) {
 	o, err := parseObject(body)
 	if err != nil {
 		return nil, err
@@ -138,7 +147,8 @@ func (b *Bridge) handleDescribe(c echo.Context, app *config.App, body []byte) er
 	return b.handleInvoke(c, app, body, KindDescribe)
 }
 
-// callResponse is the agent's answer; exactly these keys.
+// callResponse is the agent's answer, exactly these keys. appendCallResponse writes it without
+// reflection; TestCallResponseBytes holds the two to the same bytes.
 type callResponse struct {
 	ID     string          `json:"id"`
 	Result json.RawMessage `json:"result"`
@@ -200,7 +210,7 @@ func (b *Bridge) handleInvoke(c echo.Context, app *config.App, body []byte, kind
 	}
 	au.status = resultStatus(result)
 	b.auditCall(au)
-	return writeRaw(c, http.StatusOK, mustJSON(callResponse{ID: au.id, Result: result, Hints: hints}))
+	return writeRaw(c, http.StatusOK, appendCallResponse(make([]byte, 0, 96+len(result)), au.id, result, hints))
 }
 
 // execute binds, broadcasts and waits. Errors are store failures; everything the agent should
@@ -220,17 +230,15 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 	if t := m.Tool(req.Tool); t != nil {
 		hints, au.inManifest = t.Hints, true
 	}
-	var msg []byte
+	// Valid by construction, so appended without re-validation: the id is a server UUID, the
+	// clientId was checked when the manifest arrived, the tool and input by decodeCallRequest
+	// (whose depth bound leaves room for the envelope).
+	var data []byte
 	if kind == KindDescribe {
-		msg, err = EncodeDescribe(m.ClientID, au.id, req.Tool)
+		data = appendEvent(make([]byte, 0, 160), TypeDescribe, m.ClientID, au.id, nil, req.Tool, nil)
 	} else {
-		msg, err = EncodeCall(m.ClientID, au.id, req.Tool, req.Rev, req.Input)
+		data = appendEvent(make([]byte, 0, 192+len(req.Input)), TypeCall, m.ClientID, au.id, req.Rev, req.Tool, req.Input)
 	}
-	if err != nil {
-		au.reason = "encode"
-		return errorResult("Invalid call: " + err.Error()), hints, nil
-	}
-	data := EventData(msg)
 	if app.MaxMessageSize > 0 && len(data) > app.MaxMessageSize {
 		au.reason = "too_large"
 		return errorResult(fmt.Sprintf("The call is %d bytes, over the app's max_message_size of %d bytes",
@@ -281,17 +289,23 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 		return res, hints, nil
 	}
 	// MUST 4: the page learns the call is over.
-	if cancel, err := EncodeCancel(m.ClientID, au.id); err == nil {
-		if err := b.pub.Publish(app.ID, channel, EventName, EventData(cancel)); err != nil {
-			b.log.Warn("toolmark cancel publish failed", slog.String("app", app.ID),
-				slog.String("call_id", au.id), slog.String("error", err.Error()))
-		}
+	cancel := appendEvent(nil, TypeCancel, m.ClientID, au.id, nil, "", nil)
+	if err := b.pub.Publish(app.ID, channel, EventName, cancel); err != nil {
+		b.log.Warn("toolmark cancel publish failed", slog.String("app", app.ID),
+			slog.String("call_id", au.id), slog.String("error", err.Error()))
 	}
 	return timeoutResult, hints, nil
 }
 
-// resultStatus reads the status of a result for audit and metrics.
+// resultStatus reads the status of a result for audit and metrics. Every stored result is
+// canonical (json.Marshal of its validated members, so keys sorted, no escapes in keys) or a
+// server constant, and "status" sorts after every other ToolResult key except needs_confirmation's
+// "summary": so the status is the suffix `"status":"<s>"}` (a `:"` cannot occur inside a JSON
+// string). Only needs_confirmation and anything unexpected pay for a parse.
 func resultStatus(result json.RawMessage) string {
+	if s, ok := statusSuffix(result); ok {
+		return s
+	}
 	var s struct {
 		Status string `json:"status"`
 	}
@@ -299,6 +313,22 @@ func resultStatus(result json.RawMessage) string {
 		return "unknown"
 	}
 	return s.Status
+}
+
+var knownStatuses = [...]string{StatusOK, StatusError, StatusTimeout, StatusRefused, StatusInvalid, StatusCancelled}
+
+func statusSuffix(result []byte) (string, bool) {
+	const tail = `"}`
+	if !bytes.HasSuffix(result, []byte(tail)) {
+		return "", false
+	}
+	head := result[:len(result)-len(tail)]
+	for _, st := range knownStatuses {
+		if n := len(head) - len(st); n >= 10 && string(head[n:]) == st && string(head[n-10:n]) == `"status":"` {
+			return st, true
+		}
+	}
+	return "", false
 }
 
 // auditCall writes the one structured line per call: never input or result values.

@@ -171,7 +171,27 @@ func (b *Bridge) readBody(c echo.Context) ([]byte, error) {
 	if r.ContentLength > b.lim.MaxBody {
 		return nil, errBodyTooLarge
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, b.lim.MaxBody+1))
+	var body []byte
+	var err error
+	if r.ContentLength > 0 {
+		// The usual case: one exact allocation instead of io.ReadAll's growing buffer. Errors
+		// are io.ReadAll's: a clean EOF ends the body (net/http reports a truncated one as
+		// io.ErrUnexpectedEOF), and a body is never read past the announced length, as net/http
+		// would not deliver more anyway.
+		body = make([]byte, r.ContentLength)
+		n := 0
+		for n < len(body) && err == nil {
+			var k int
+			k, err = r.Body.Read(body[n:])
+			n += k
+		}
+		if err == io.EOF {
+			err = nil
+		}
+		body = body[:n]
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, b.lim.MaxBody+1))
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

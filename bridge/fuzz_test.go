@@ -17,7 +17,11 @@ func FuzzDecodePageMessage(f *testing.F) {
 		`{"protocol":1.0,"type":"changed","clientId":"a","rev":1e2}`} {
 		f.Add([]byte(s))
 	}
+	for _, s := range fastDecodeCases {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		checkFastPageDecoder(t, b) // the single-pass path agrees with the reference
 		m, err := DecodePageMessage(b)
 		if err != nil {
 			if _, ok := err.(*ProtocolError); !ok {
@@ -69,11 +73,15 @@ func FuzzDecodeCallRequest(f *testing.F) {
 	for _, fx := range loadFixtures(f) {
 		f.Add([]byte(fx.message), true)
 	}
+	for _, s := range fastDecodeCases {
+		f.Add([]byte(s), false)
+	}
 	f.Fuzz(func(t *testing.T, b []byte, describe bool) {
 		kind := KindCall
 		if describe {
 			kind = KindDescribe
 		}
+		checkFastCallDecoder(t, b, kind) // the single-pass path agrees with the reference
 		req, err := decodeCallRequest(b, kind, 10*time.Minute)
 		if err != nil {
 			if _, ok := err.(*ProtocolError); !ok {

@@ -106,24 +106,61 @@ func writePage(c echo.Context, out pageOutcome) error {
 }
 
 // processPage runs the checks shared by the page endpoint and the app's /messages endpoint.
-// The rate-limit token is taken after the cheap checks and refunded when the message is
-// rejected as unauthorized or malformed, so such a message consumes nothing and a corrected
-// retry is accepted.
+//
+// Rate limiting (per socket, or per conversation for /messages) is charged by what a message
+// does, not by its count. A result or confirmed that answers an open binding of this
+// conversation and clientId is never refused: pages do not retry, so a 429 there would leave the
+// agent waiting out its deadline, and such answers are already bounded by the call limits (one
+// per call, MaxInFlight and CallRate). Everything else is charged: manifest and changed take a
+// token before they run; a result or confirmed runs first and is charged only when it turns out
+// not to answer anything (404 unknown id, 409 duplicate, 410 late), and when the bucket is empty
+// it is answered 429 instead. That is exact because those outcomes change nothing in the store,
+// so a flood of bogus results is limited like any other flood and a refused message consumed
+// nothing. Unauthorized or malformed messages (401/403/413/422) and store failures (503) consume
+// no token, so a corrected retry is accepted, but they still need one to be available.
 func (b *Bridge) processPage(ctx context.Context, key ConvKey, body []byte, rateKey string) (*PageMessage, pageOutcome) {
 	pm, err := DecodePageMessage(body)
 	if err != nil {
 		return nil, reject(http.StatusUnprocessableEntity, err.Error())
 	}
+	if pm.Type == TypeResult || pm.Type == TypeConfirmed {
+		return pm, b.chargeAnswer(rateKey, b.apply(ctx, key, pm))
+	}
 	if !b.pageRate.Take(rateKey) {
-		return pm, reject(http.StatusTooManyRequests, "Too many messages")
+		return pm, tooManyMessages
 	}
 	out := b.apply(ctx, key, pm)
-	switch out.code {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge,
-		http.StatusUnprocessableEntity, http.StatusServiceUnavailable:
+	if refunded(out.code) {
 		b.pageRate.Refund(rateKey)
 	}
 	return pm, out
+}
+
+var tooManyMessages = reject(http.StatusTooManyRequests, "Too many messages")
+
+// refunded reports the outcomes that give their rate-limit token back (see processPage).
+func refunded(code int) bool {
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge,
+		http.StatusUnprocessableEntity, http.StatusServiceUnavailable:
+		return true
+	}
+	return false
+}
+
+// chargeAnswer charges a result or confirmed after it ran (see processPage): accepted answers
+// and store failures are free, everything else needs a token and is 429 without one.
+func (b *Bridge) chargeAnswer(rateKey string, out pageOutcome) pageOutcome {
+	if out.code == http.StatusNoContent || out.code == http.StatusServiceUnavailable {
+		return out
+	}
+	if !b.pageRate.Take(rateKey) {
+		return tooManyMessages
+	}
+	if refunded(out.code) {
+		b.pageRate.Refund(rateKey)
+	}
+	return out
 }
 
 // storeFailed answers 503: the message may be retried once the store is back. The refund in
@@ -171,7 +208,7 @@ func (b *Bridge) applyResult(ctx context.Context, key ConvKey, pm *PageMessage) 
 	if bind == nil {
 		return reject(http.StatusNotFound, "Unknown or expired call id")
 	}
-	if bind.Key != key || bind.ClientID != pm.ClientID {
+	if !bind.Matches(key, pm.ClientID) {
 		return reject(http.StatusForbidden, "Result does not match the call's binding")
 	}
 	var confirm *ConfirmBinding

@@ -8,7 +8,6 @@ package bridge
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -57,21 +56,35 @@ const (
 	StatusTimeout           = "timeout"
 )
 
-var (
-	// idPattern guards every page-supplied id (clientId, id, confirmId) before any lookup
-	// (MUST 7), so hostile ids can never reach a store key.
-	idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-	// toolNamePattern is the manifest `name` (dotted) and the agent's `tool`.
-	toolNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
-	// llmNamePattern is what LLM tool APIs accept as a function name.
-	llmNamePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-)
+// The id and tool-name patterns are checked byte by byte: they run several times per call.
+//
+//	id (clientId, call id, confirmId; MUST 7):  ^[A-Za-z0-9_-]{1,128}$
+//	tool name (manifest name, agent's tool):    ^[A-Za-z0-9_.-]{1,128}$
+//	llmName (what LLM tool APIs accept):        ^[a-zA-Z0-9_-]{1,64}$
+func matchPattern(s string, maxLen int, dot bool) bool {
+	if s == "" || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		case c == '.' && dot:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
-// ValidID reports whether s may be used as a clientId, call id or confirmId.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+// ValidID reports whether s may be used as a clientId, call id or confirmId. It guards every
+// page-supplied id before any lookup (MUST 7), so hostile ids can never reach a store key.
+func ValidID(s string) bool { return matchPattern(s, 128, false) }
 
 // ValidToolName reports whether s is a valid tool name.
-func ValidToolName(s string) bool { return toolNamePattern.MatchString(s) }
+func ValidToolName(s string) bool { return matchPattern(s, 128, true) }
+
+// validLLMName reports whether s is a valid llmName.
+func validLLMName(s string) bool { return matchPattern(s, 64, false) }
 
 // ValidChannelPart reports whether s may be a user or conversation id: non-empty, at most 128
 // bytes, made of the characters Pusher allows in channel names minus '.', because '.' separates

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"time"
 )
 
@@ -25,6 +26,36 @@ type Binding struct {
 	Tool      string    `json:"tool"`
 	ToolUseID string    `json:"toolUseId,omitempty"`
 	Deadline  time.Time `json:"deadline"`
+
+	// fingerprint stands in for Key and ClientID (then empty) in the binding of a call the
+	// MemoryStore has settled: its tomb keeps 8 bytes instead of four strings. See Matches.
+	fingerprint uint64
+}
+
+// Matches reports whether a result from conversation k and page clientID may answer this call
+// (else 403). It compares the fingerprint when the binding is a settled call's stand-in.
+func (b *Binding) Matches(k ConvKey, clientID string) bool {
+	if b.fingerprint != 0 {
+		return b.fingerprint == ownerFingerprint(k, clientID)
+	}
+	return b.Key == k && b.ClientID == clientID
+}
+
+var ownerSeed = maphash.MakeSeed()
+
+// ownerFingerprint hashes a binding's owner with a per-process seed; never 0. A collision
+// (2^-64, not steerable without the seed) only turns a 403 into a 409: both refuse the result.
+func ownerFingerprint(k ConvKey, clientID string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(ownerSeed)
+	for _, s := range [...]string{k.App, k.User, k.Conversation, clientID} {
+		_, _ = h.WriteString(s)
+		_ = h.WriteByte(0)
+	}
+	if v := h.Sum64(); v != 0 {
+		return v
+	}
+	return 1
 }
 
 // ConfirmBinding is what a needs_confirmation's confirmId is bound to (MUST 5).
@@ -76,7 +107,9 @@ type Store interface {
 	// Bind records b, unclaimed, for ttl (which outlives b.Deadline so that late results get
 	// 410/409 rather than 404). ErrExists if b.ID is bound.
 	Bind(ctx context.Context, b Binding, ttl time.Duration) error
-	// GetBinding returns the binding of id or nil.
+	// GetBinding returns the binding of id or nil. Once the call is settled (ClaimTimeout) a
+	// store may return a compact stand-in with only ID and Kind: compare owners with
+	// Binding.Matches, never with Key and ClientID.
 	GetBinding(ctx context.Context, id string) (*Binding, error)
 	// ClaimResult atomically claims call id for a page result: duplicate and timed-out claims
 	// lose, a result after the binding's deadline (compared with now) is ClaimLate, and when
@@ -87,7 +120,8 @@ type Store interface {
 		confirm *ConfirmBinding, confirmTTL time.Duration) (ClaimOutcome, error)
 	// ClaimTimeout is the waiter's side of the race: it claims id as timed out and returns
 	// timedOut true, or, when a result won, returns that result. An unknown id counts as
-	// timed out.
+	// timed out. It settles the call: the result is handed out to this one call, and a store
+	// may then keep only what 409/410 answers need (a repeat may return a nil result).
 	ClaimTimeout(ctx context.Context, id string) (result json.RawMessage, timedOut bool, err error)
 	// Watch returns a channel that is closed once a result for id has been claimed (here or,
 	// for a shared store, on any node), and a func to release it. A missed wake-up is safe: the

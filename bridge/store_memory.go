@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -14,16 +15,31 @@ var ErrStoreFull = errors.New("bridge: store is full")
 
 // MemoryStore is the single-node Store: one mutex makes every operation atomic by
 // construction. Expired entries are dropped lazily on access and by a sweeper goroutine, so
-// memory is bounded by the write rate times the TTLs (and by MaxEntries).
+// memory is bounded by the write rate times the TTLs (and by the caps).
+//
+// A call lives in two shapes. While it is open (bound, possibly answered, not yet settled by its
+// waiter) it is a memCall with the full Binding and the result: about 500 B retained with small
+// ids and results (TestMemoryStoreFootprint), so open calls cost rate × call duration × 500 B.
+// Once the waiter settles it (ClaimTimeout) nothing but 403/409/410 answers can follow, so it
+// shrinks to a pointer-free 24-byte tomb in a map keyed by a 128-bit id hash, plus a 16-byte
+// expiry-queue slot: about 100 B measured with map overhead, and never scanned by the garbage
+// collector. Tombs live LateGrace after settling (rate × LateGrace of them: 300,000 ≈ 30 MB at
+// 5,000 calls/s and the default 60 s), expire in FIFO order, and never count against
+// MaxEntries: at MaxTombstones the oldest is dropped early, so a very late duplicate gets 404
+// instead of 409, but a new call never gets 503.
 type MemoryStore struct {
 	now        func() time.Time
 	maxEntries int
+	maxTombs   int
 
 	mu        sync.Mutex
 	manifests map[ConvKey]*memManifest
 	calls     map[string]*memCall
 	confirms  map[string]*memConfirm
-	watchers  map[string]map[*memWatch]struct{}
+	watchers  map[string]map[*memWatch]struct{} // only ids watched before they were bound
+	tombs     map[tombKey]tomb
+	tombQ     []tombKey // settling order = expiry order when LateGrace is constant
+	tombHead  int
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -46,6 +62,32 @@ type memCall struct {
 	state   int
 	result  json.RawMessage
 	expires time.Time
+	grace   time.Duration // how far the binding's TTL reaches past its deadline
+	wake    chan struct{} // made by the first Watch, closed by the winning ClaimResult
+}
+
+// tombKey is a call id hashed to 128 bits with a per-process seed: a fixed-size, pointer-free
+// map key (a collision is as likely as guessing a UUID).
+type tombKey [2]uint64
+
+// tomb is a settled call: enough to answer 403 (owner), 422 (kind) and 409 (state) after the
+// waiter is gone, and nothing the garbage collector has to scan.
+type tomb struct {
+	owner   uint64 // ownerFingerprint of the binding's Key and ClientID
+	expires int64  // unix nanoseconds
+	state   uint8  // callResult or callTimeout
+	kind    uint8  // tombCall or tombDescribe
+}
+
+const (
+	tombCall = iota
+	tombDescribe
+)
+
+var tombSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+func tombKeyOf(id string) tombKey {
+	return tombKey{maphash.String(tombSeeds[0], id), maphash.String(tombSeeds[1], id)}
 }
 
 type memConfirm struct {
@@ -62,8 +104,13 @@ type MemoryOptions struct {
 	Now func() time.Time
 	// SweepInterval between full expiry sweeps (default 30s; < 0 disables the sweeper).
 	SweepInterval time.Duration
-	// MaxEntries per map (manifests, calls, confirmations); default 1,000,000.
+	// MaxEntries per map (manifests, open calls, confirmations); default 1,000,000. Open calls
+	// are bounded far below by MaxInFlight per conversation; this is the last line.
 	MaxEntries int
+	// MaxTombstones bounds settled calls kept for 409/410 answers (default 1,000,000, about
+	// 100 MB). rate × LateGrace are live: 300,000 at 5,000 calls/s with the default 60 s, so
+	// the default holds about 16,000 calls/s before tombs are dropped early (never an error).
+	MaxTombstones int
 }
 
 // NewMemoryStore starts a MemoryStore; Close stops its sweeper.
@@ -77,11 +124,15 @@ func NewMemoryStore(o MemoryOptions) *MemoryStore {
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = 1_000_000
 	}
+	if o.MaxTombstones <= 0 {
+		o.MaxTombstones = 1_000_000
+	}
 	s := &MemoryStore{
-		now: o.Now, maxEntries: o.MaxEntries,
+		now: o.Now, maxEntries: o.MaxEntries, maxTombs: o.MaxTombstones,
 		manifests: map[ConvKey]*memManifest{}, calls: map[string]*memCall{},
 		confirms: map[string]*memConfirm{}, watchers: map[string]map[*memWatch]struct{}{},
-		stop: make(chan struct{}), done: make(chan struct{}),
+		tombs: map[tombKey]tomb{},
+		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
 	if o.SweepInterval > 0 {
 		go s.sweeper(o.SweepInterval)
@@ -132,13 +183,77 @@ func (s *MemoryStore) Sweep() {
 			delete(s.confirms, k)
 		}
 	}
+	s.expireTombs(now)
 }
 
-// Len reports the number of live entries per map (for tests and debugging).
+// Len reports the number of live entries per map (for tests and debugging); calls counts open
+// calls and tombstones.
 func (s *MemoryStore) Len() (manifests, calls, confirms int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.manifests), len(s.calls), len(s.confirms)
+	return len(s.manifests), len(s.calls) + len(s.tombs), len(s.confirms)
+}
+
+// Tombstones reports how many settled calls are kept.
+func (s *MemoryStore) Tombstones() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tombs)
+}
+
+// expireTombs pops the expiry queue while its head is expired (or the map is over its cap),
+// so expiry costs O(expired) instead of a scan under the lock. A head that is not expired
+// stops it even if a later entry is (only possible with a mixed LateGrace); that entry is
+// still treated as absent on access and popped in turn.
+func (s *MemoryStore) expireTombs(now time.Time) {
+	ns := now.UnixNano()
+	for s.tombHead < len(s.tombQ) {
+		k := s.tombQ[s.tombHead]
+		if t, ok := s.tombs[k]; ok {
+			if ns < t.expires && len(s.tombs) <= s.maxTombs {
+				break
+			}
+			delete(s.tombs, k)
+		}
+		s.tombQ[s.tombHead] = tombKey{}
+		s.tombHead++
+	}
+	// Reuse the queue's front once most of it is consumed, keeping the pop amortized O(1).
+	if s.tombHead > 1024 && s.tombHead*2 >= len(s.tombQ) {
+		n := copy(s.tombQ, s.tombQ[s.tombHead:])
+		s.tombQ, s.tombHead = s.tombQ[:n], 0
+	}
+}
+
+// tomb returns the live tomb of id.
+func (s *MemoryStore) tomb(id string, now time.Time) (tomb, bool) {
+	if len(s.tombs) == 0 {
+		return tomb{}, false
+	}
+	t, ok := s.tombs[tombKeyOf(id)]
+	if !ok || now.UnixNano() >= t.expires {
+		return tomb{}, false
+	}
+	return t, true
+}
+
+// settle replaces the open call e with its tomb, kept LateGrace past now but never beyond the
+// binding's own TTL.
+func (s *MemoryStore) settle(id string, e *memCall, now time.Time) {
+	delete(s.calls, id)
+	exp := now.Add(e.grace)
+	if exp.After(e.expires) {
+		exp = e.expires
+	}
+	kind := uint8(tombCall)
+	if e.b.Kind == KindDescribe {
+		kind = tombDescribe
+	}
+	k := tombKeyOf(id)
+	s.tombs[k] = tomb{owner: ownerFingerprint(e.b.Key, e.b.ClientID), expires: exp.UnixNano(),
+		state: uint8(e.state), kind: kind}
+	s.tombQ = append(s.tombQ, k)
+	s.expireTombs(now)
 }
 
 func (s *MemoryStore) manifest(k ConvKey, now time.Time) *memManifest {
@@ -185,7 +300,7 @@ func (s *MemoryStore) PutManifest(_ context.Context, k ConvKey, m Manifest, ttl 
 	return true, nil
 }
 
-// GetManifest implements Store.
+// GetManifest implements Store. The returned Tools slice is shared and must not be modified.
 func (s *MemoryStore) GetManifest(_ context.Context, k ConvKey) (*Manifest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -193,8 +308,7 @@ func (s *MemoryStore) GetManifest(_ context.Context, k ConvKey) (*Manifest, erro
 	if e == nil {
 		return nil, nil
 	}
-	m := e.m
-	m.Tools = append([]Tool(nil), e.m.Tools...)
+	m := e.m // Tools is shared, not copied: the stored slice is never modified (PutManifest copies)
 	return &m, nil
 }
 
@@ -222,10 +336,13 @@ func (s *MemoryStore) Bind(_ context.Context, b Binding, ttl time.Duration) erro
 	if s.call(b.ID, now) != nil {
 		return ErrExists
 	}
+	if _, ok := s.tomb(b.ID, now); ok {
+		return ErrExists
+	}
 	if len(s.calls) >= s.maxEntries {
 		return ErrStoreFull
 	}
-	s.calls[b.ID] = &memCall{b: b, expires: now.Add(ttl)}
+	s.calls[b.ID] = &memCall{b: b, expires: now.Add(ttl), grace: max(0, ttl-b.Deadline.Sub(now))}
 	return nil
 }
 
@@ -233,9 +350,18 @@ func (s *MemoryStore) Bind(_ context.Context, b Binding, ttl time.Duration) erro
 func (s *MemoryStore) GetBinding(_ context.Context, id string) (*Binding, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.call(id, s.now())
+	now := s.now()
+	e := s.call(id, now)
 	if e == nil {
-		return nil, nil
+		t, ok := s.tomb(id, now)
+		if !ok {
+			return nil, nil
+		}
+		kind := KindCall
+		if t.kind == tombDescribe {
+			kind = KindDescribe
+		}
+		return &Binding{ID: id, Kind: kind, fingerprint: t.owner}, nil
 	}
 	b := e.b
 	return &b, nil
@@ -250,6 +376,12 @@ func (s *MemoryStore) ClaimResult(_ context.Context, id string, result json.RawM
 	e := s.call(id, clock)
 	switch {
 	case e == nil:
+		if t, ok := s.tomb(id, clock); ok {
+			if t.state == callTimeout {
+				return ClaimTimedOut, nil
+			}
+			return ClaimDuplicate, nil
+		}
 		return ClaimNotFound, nil
 	case e.state == callResult:
 		return ClaimDuplicate, nil
@@ -268,6 +400,9 @@ func (s *MemoryStore) ClaimResult(_ context.Context, id string, result json.RawM
 		s.confirms[confirm.ConfirmID] = &memConfirm{c: *confirm, expires: clock.Add(confirmTTL)}
 	}
 	e.state, e.result = callResult, append(json.RawMessage(nil), result...)
+	if e.wake != nil {
+		close(e.wake)
+	}
 	for w := range s.watchers[id] {
 		close(w.ch)
 	}
@@ -275,30 +410,56 @@ func (s *MemoryStore) ClaimResult(_ context.Context, id string, result json.RawM
 	return Claimed, nil
 }
 
-// ClaimTimeout implements Store.
+// ClaimTimeout implements Store. It settles the call: the result is handed out here, once, and
+// the entry shrinks to a tomb; a repeated ClaimTimeout then reports (nil, false) for an
+// answered call.
 func (s *MemoryStore) ClaimTimeout(_ context.Context, id string) (json.RawMessage, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.call(id, s.now())
-	switch {
-	case e == nil:
-		return nil, true, nil
-	case e.state == callResult:
-		return append(json.RawMessage(nil), e.result...), false, nil
+	now := s.now()
+	e := s.call(id, now)
+	if e == nil {
+		t, ok := s.tomb(id, now)
+		return nil, !ok || t.state == callTimeout, nil
 	}
-	e.state = callTimeout
-	return nil, true, nil
+	var res json.RawMessage
+	if e.state == callResult {
+		res = e.result // no copy: the entry is dropped below
+	} else {
+		e.state = callTimeout
+	}
+	s.settle(id, e, now)
+	return res, e.state == callTimeout, nil
 }
 
-// Watch implements Store.
+// closedWake is returned by Watch when the result is already there.
+var closedWake = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func noRelease() {}
+
+// Watch implements Store. A bound call keeps one wake channel in its entry (no allocation per
+// watcher beyond the channel, nothing to release); an id watched before it is bound falls back
+// to the watchers map.
 func (s *MemoryStore) Watch(id string) (<-chan struct{}, func()) {
-	w := &memWatch{ch: make(chan struct{})}
 	s.mu.Lock()
-	if e := s.call(id, s.now()); e != nil && e.state == callResult {
+	now := s.now()
+	if e := s.call(id, now); e != nil {
+		if e.state == callResult {
+			s.mu.Unlock()
+			return closedWake, noRelease
+		}
+		if e.wake == nil {
+			e.wake = make(chan struct{})
+		}
+		ch := e.wake
 		s.mu.Unlock()
-		close(w.ch)
-		return w.ch, func() {}
+		return ch, noRelease
 	}
+	if t, ok := s.tomb(id, now); ok && t.state == callResult {
+		s.mu.Unlock()
+		return closedWake, noRelease
+	}
+	w := &memWatch{ch: make(chan struct{})}
 	set := s.watchers[id]
 	if set == nil {
 		set = map[*memWatch]struct{}{}

@@ -192,10 +192,15 @@ func (s *RedisStore) ClaimResult(ctx context.Context, id string, result json.Raw
 	return ClaimOutcome(n), nil
 }
 
+// claimTimeoutScript settles a call; the result is handed out once and then dropped, so a
+// finished call keeps only its binding and state (for 403/409) until its TTL.
 var claimTimeoutScript = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'st', 'r')
 if not st[1] then return {1, ''} end
-if st[1] == '1' then return {0, st[2]} end
+if st[1] == '1' then
+  if st[2] then redis.call('HDEL', KEYS[1], 'r') else st[2] = '' end
+  return {0, st[2]}
+end
 redis.call('HSET', KEYS[1], 'st', '2')
 return {1, ''}`)
 

@@ -190,6 +190,14 @@ func envelope(o obj) (typ, clientID string, err error) {
 // DecodePageMessage strictly decodes one page-to-server message. Every error is a
 // *ProtocolError (HTTP 422).
 func DecodePageMessage(b []byte) (*PageMessage, error) {
+	if m, ok := fastDecodeResult(b); ok {
+		return m, nil
+	}
+	return decodePageMessage(b)
+}
+
+// decodePageMessage is the reference decoder for every page message.
+func decodePageMessage(b []byte) (*PageMessage, error) {
 	o, err := parseObject(b)
 	if err != nil {
 		return nil, err
@@ -391,13 +399,13 @@ func decodeTools(raw json.RawMessage) ([]Tool, error) {
 		if t.Name, err = asString(o["name"], "tool.name"); err != nil {
 			return err
 		}
-		if !toolNamePattern.MatchString(t.Name) {
+		if !ValidToolName(t.Name) {
 			return protoErr("tool.name must match ^[A-Za-z0-9_.-]{1,128}$")
 		}
 		if t.LLMName, err = asString(o["llmName"], "tool.llmName"); err != nil {
 			return err
 		}
-		if !llmNamePattern.MatchString(t.LLMName) {
+		if !validLLMName(t.LLMName) {
 			return protoErr("tool.llmName must match ^[a-zA-Z0-9_-]{1,64}$")
 		}
 		if t.Description, err = asString(o["description"], "tool.description"); err != nil {
@@ -453,7 +461,8 @@ func decodeHints(raw json.RawMessage) (Hints, error) {
 }
 
 // ValidateToPage checks a server-to-page message (call, describe, cancel) with the protocol's
-// strictness plus the id and tool-name patterns. The encoder runs it on everything it emits.
+// strictness plus the id and tool-name patterns. The encoders are valid by construction; the
+// tests run it on their output.
 func ValidateToPage(b []byte) error {
 	o, err := parseObject(b)
 	if err != nil {
@@ -495,46 +504,55 @@ func ValidateToPage(b []byte) error {
 	return err
 }
 
-// toPage is the wire form of a server-to-page message. Field order matches the protocol docs.
-type toPage struct {
-	Protocol int             `json:"protocol"`
-	Type     string          `json:"type"`
-	ClientID string          `json:"clientId"`
-	ID       string          `json:"id"`
-	Rev      *int64          `json:"rev,omitempty"`
-	Tool     string          `json:"tool,omitempty"`
-	Input    json.RawMessage `json:"input,omitempty"`
-}
-
-// EncodeCall builds a call message; input nil means JSON null (input is required).
+// EncodeCall builds a call message; input nil means JSON null (input is required). It checks
+// its arguments and then appends the message directly (appendToPage) instead of marshalling and
+// re-validating it: TestEncoderMatchesValidator checks the output against ValidateToPage.
 func EncodeCall(clientID, id, tool string, rev *int64, input json.RawMessage) ([]byte, error) {
-	if len(bytes.TrimSpace(input)) == 0 {
-		input = json.RawMessage("null")
+	if err := checkToPage(clientID, id, tool, true); err != nil {
+		return nil, err
 	}
-	return encodeToPage(toPage{Type: TypeCall, ClientID: clientID, ID: id, Rev: rev, Tool: tool, Input: input})
+	if rev != nil && (*rev < 0 || *rev > maxSafeInt) {
+		return nil, protoErr("rev must be an integer >= 0")
+	}
+	if len(bytes.TrimSpace(input)) > 0 {
+		if !json.Valid(input) {
+			return nil, protoErr("cannot encode call: input is not valid JSON")
+		}
+		if CheckDepth(input, MaxDepth-1) != nil { // the message adds one level
+			return nil, protoErr("nesting deeper than %d", MaxDepth)
+		}
+	}
+	return appendToPage(nil, TypeCall, clientID, id, rev, tool, input), nil
 }
 
 // EncodeDescribe builds a describe message.
 func EncodeDescribe(clientID, id, tool string) ([]byte, error) {
-	return encodeToPage(toPage{Type: TypeDescribe, ClientID: clientID, ID: id, Tool: tool})
+	if err := checkToPage(clientID, id, tool, true); err != nil {
+		return nil, err
+	}
+	return appendToPage(nil, TypeDescribe, clientID, id, nil, tool, nil), nil
 }
 
 // EncodeCancel builds a cancel message.
 func EncodeCancel(clientID, id string) ([]byte, error) {
-	return encodeToPage(toPage{Type: TypeCancel, ClientID: clientID, ID: id})
-}
-
-// encodeToPage marshals and then validates, so the server can never emit an invalid message.
-func encodeToPage(m toPage) ([]byte, error) {
-	m.Protocol = ProtocolVersion
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, protoErr("cannot encode %s: %v", m.Type, err)
-	}
-	if err := ValidateToPage(b); err != nil {
+	if err := checkToPage(clientID, id, "", false); err != nil {
 		return nil, err
 	}
-	return b, nil
+	return appendToPage(nil, TypeCancel, clientID, id, nil, "", nil), nil
+}
+
+// checkToPage checks the strings of a server-to-page message: these patterns are also what make
+// them safe to append without JSON escaping.
+func checkToPage(clientID, id, tool string, hasTool bool) error {
+	switch {
+	case !ValidID(clientID):
+		return protoErr("clientId must match ^[A-Za-z0-9_-]{1,128}$")
+	case !ValidID(id):
+		return protoErr("id must match ^[A-Za-z0-9_-]{1,128}$")
+	case hasTool && !ValidToolName(tool):
+		return protoErr("tool must match ^[A-Za-z0-9_.-]{1,128}$")
+	}
+	return nil
 }
 
 // EventData wraps a message as the Pusher event payload {"message": ...}.

@@ -31,6 +31,7 @@ func Run(t *testing.T, newStore func(t *testing.T) bridge.Store) {
 		{"ClaimLateThenTimeout", claimLateThenTimeout},
 		{"ClaimTimeoutReturnsResult", claimTimeoutReturnsResult},
 		{"ClaimUnknown", claimUnknown},
+		{"SettledCallStillAnswers", settledCallStillAnswers},
 		{"WatchWakes", watchWakes},
 		{"WatchAfterClaim", watchAfterClaim},
 		{"ConfirmBindAndClaim", confirmBindAndClaim},
@@ -229,6 +230,40 @@ func claimTimeoutReturnsResult(t *testing.T, s bridge.Store) {
 	}
 	if _, timedOut, err := s.ClaimTimeout(ctx, "id1"); err != nil || !timedOut {
 		t.Fatalf("second timeout claim: %v %v", timedOut, err)
+	}
+}
+
+// settledCallStillAnswers: after the waiter settled a call, its binding still tells the owner
+// from others (403) and its claims still say duplicate or timed out (409), not unknown (404).
+func settledCallStillAnswers(t *testing.T, s bridge.Store) {
+	now := time.Now()
+	for _, tc := range []struct {
+		id       string
+		answered bool
+		want     bridge.ClaimOutcome
+	}{{"answered", true, bridge.ClaimDuplicate}, {"timedout", false, bridge.ClaimTimedOut}} {
+		b := binding(tc.id, now.Add(time.Minute))
+		must(t, s.Bind(ctx, b, time.Hour))
+		if tc.answered {
+			claim(t, s, tc.id, now, nil)
+		}
+		res, timedOut, err := s.ClaimTimeout(ctx, tc.id)
+		must(t, err)
+		if timedOut == tc.answered || tc.answered && string(res) != string(okResult) {
+			t.Fatalf("%s: settle = %s, %v", tc.id, res, timedOut)
+		}
+		got, err := s.GetBinding(ctx, tc.id)
+		must(t, err)
+		if got == nil || got.Kind != bridge.KindCall || !got.Matches(b.Key, b.ClientID) ||
+			got.Matches(b.Key, "other") || got.Matches(key("c2"), b.ClientID) {
+			t.Fatalf("%s: settled binding %+v", tc.id, got)
+		}
+		if o := claim(t, s, tc.id, now, nil); o != tc.want {
+			t.Fatalf("%s: claim after settling = %v, want %v", tc.id, o, tc.want)
+		}
+		if _, timedOut, err := s.ClaimTimeout(ctx, tc.id); err != nil || timedOut == tc.answered {
+			t.Fatalf("%s: second settle = %v, %v", tc.id, timedOut, err)
+		}
 	}
 }
 
