@@ -4,7 +4,7 @@
 # with GOMAXPROCS=1), the client to core 1; the ratios printed are reverbgo / peer, from
 # per-side medians (ab.sh: one warm-up per side, then A,B,A,B,...).
 #
-#   bench/compare.sh [MODE...]     MODE: fanout fanout_paced clientevents connections hold19k
+#   bench/compare.sh [MODE...]     MODE: fanout fanout_paced clientevents connections memory hold19k
 #
 # Environment: RUNS (3), CONNS (10000), BENCH_OUT (results folder; default a new mktemp -d).
 # Only 127.0.0.1 is ever targeted; every server stops by itself after LIFETIME seconds.
@@ -12,7 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 shared=${SHARED_BENCH:-$root/../shared/bench}
 [ -d "$shared" ] || { echo "compare.sh: no shared bench kit at $shared" >&2; exit 1; }
-modes=${*:-fanout fanout_paced clientevents connections hold19k}
+modes=${*:-fanout fanout_paced clientevents connections memory hold19k}
 RUNS=${RUNS:-3}
 CONNS=${CONNS:-10000}
 export LIFETIME=${LIFETIME:-3600}
@@ -34,12 +34,18 @@ server: {host: 127.0.0.1, port: 16401}
 apps:
   - {app_id: $APP_ID, key: $APP_KEY, secret: $APP_SECRET, client_event_rate_limit: 0, max_presence_members: 2000}
 YAML
-GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
-  --config "$BENCH_OUT/reverbgo.yaml" --log-level warn >"$BENCH_OUT/reverbgo.log" 2>&1 </dev/null &
-for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:16401/up >/dev/null 2>&1 && break; sleep 0.1; done
-OURS=$(pgrep -f "^$BENCH_OUT/reverbgo start" | head -1) # the server, not its timeout wrapper
-SOKETI=$(PORT=16301 "$scripts/start_soketi.sh" | tail -1)
-RAW=$(PORT=16501 "$scripts/start_rawserver.sh" | tail -1)
+start_ours() {
+  GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
+    --config "$BENCH_OUT/reverbgo.yaml" --log-level warn >>"$BENCH_OUT/reverbgo.log" 2>&1 </dev/null &
+  for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:16401/up >/dev/null 2>&1 && break; sleep 0.1; done
+  OURS=$(pgrep -f "^$BENCH_OUT/reverbgo start" | head -1) # the server, not its timeout wrapper
+}
+start_soketi() { SOKETI=$(PORT=16301 "$scripts/start_soketi.sh" | tail -1); }
+start_raw() { RAW=$(PORT=16501 "$scripts/start_rawserver.sh" | tail -1); }
+stop() { "$scripts/stop_pid.sh" "$1" >/dev/null 2>&1 || true; sleep 1; }
+start_ours
+start_soketi
+start_raw
 cleanup() { for p in "$OURS" "$SOKETI" "$RAW"; do "$scripts/stop_pid.sh" "$p" >/dev/null 2>&1 || true; done; }
 trap cleanup EXIT
 echo "pids: reverbgo $OURS soketi $SOKETI rawserver $RAW" | tee "$BENCH_OUT/pids.txt"
@@ -74,6 +80,25 @@ for mode in $modes; do
     wait "$holder" || true
     tail -1 "$BENCH_OUT/hold19k-fanout.txt" | tee -a "$BENCH_OUT/summary.txt"
     tail -1 "$BENCH_OUT/hold19k-conns.txt" | tee -a "$BENCH_OUT/summary.txt" ;;
+  memory)
+    # KiB per idle connection needs a fresh process per run (RSS does not shrink between
+    # runs), so each server is restarted before each of its runs; sides are interleaved.
+    for r in $(seq 1 "$RUNS"); do
+      for side in soketi reverbgo rawserver; do
+        case $side in
+        soketi) stop "$SOKETI"; start_soketi; port=16301 pid=$SOKETI ;;
+        reverbgo) stop "$OURS"; start_ours; port=16401 pid=$OURS ;;
+        rawserver) stop "$RAW"; start_raw; port=16501 pid=$RAW ;;
+        esac
+        sleep 2
+        GOMAXPROCS=1 taskset -c 1 "$PUSHERBENCH" connections --port "$port" --pid "$pid" -n "$CONNS" \
+          --app-id $APP_ID --key $APP_KEY --secret $APP_SECRET --hold 2s 2>&1 | grep '^{' | tail -1 >>"$BENCH_OUT/memory-$side.jsonl"
+      done
+    done
+    for side in soketi reverbgo rawserver; do
+      echo "-- $side" | tee -a "$BENCH_OUT/summary.txt"
+      "$PUSHERBENCH" median "$BENCH_OUT/memory-$side.jsonl" | grep -E "kib_per_conn|server_cpu_us_per_conn|connect_rate|dropped" | tee -a "$BENCH_OUT/summary.txt"
+    done ;;
   *) echo "unknown mode $mode" >&2; exit 1 ;;
   esac
 done
