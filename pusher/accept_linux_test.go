@@ -163,6 +163,12 @@ func TestFastListenerFallbacks(t *testing.T) {
 func TestFastListenerNoDelay(t *testing.T) {
 	fast := newServer(t, withFastListener())
 	rawHead(t, fast.ts.Listener.Addr().String(), wsHead(testKey))
+	// The 101 leaves a moment before the socket is registered.
+	eventually(t, "socket registered", func() bool {
+		n := 0
+		fast.s.sockets.each(func(*Conn) { n++ })
+		return n > 0
+	})
 	var nodelay int
 	var err error
 	fast.s.sockets.each(func(c *Conn) {
