@@ -192,6 +192,13 @@ func (c *Conn) subscribePresence(name string, m channels.Member) {
 	if channels.KindOf(name).IsCache() {
 		frames = append(frames, c.cacheReplay(name))
 	}
+	// member_added goes out before this socket's subscription_succeeded can leave: a client
+	// that sees the joiner subscribed and subscribes itself must not then get a member_added
+	// for a member already in its own list.
+	if first {
+		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
+		_ = s.publish(ctx, cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
+	}
 	c.resumeWrites(at, frames...)
 	// FIX(tests): was count == 1 alone, so a repeated subscribe by a channel's only
 	// subscriber emitted channel_occupied again.
@@ -199,8 +206,6 @@ func (c *Conn) subscribePresence(name string, m channels.Member) {
 		s.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
 	}
 	if first {
-		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
-		_ = s.publish(ctx, cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
 		s.emit(cfg.ID, map[string]any{"name": "member_added", "channel": name, "user_id": m.UserID})
 	}
 }
