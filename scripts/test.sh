@@ -27,4 +27,8 @@ cd e2e
 if [ ! -d node_modules ] || ! npm ls --all >/dev/null 2>&1; then
   npm ci --no-audit --no-fund
 fi
-REVERBGO_BIN="$(cd .. && pwd)/bin/reverbgo" node --test --test-concurrency=1 test/
+# --test-force-exit: a test file whose tests all finished exits even if some handle (a
+# client library's timer, a child's pipe) would keep its event loop alive; the outer timeout
+# makes a hang fail the run instead of stalling CI.
+REVERBGO_BIN="$(cd .. && pwd)/bin/reverbgo" timeout --kill-after=10 900 \
+  node --test --test-force-exit --test-timeout=120000 --test-concurrency=1 test/
