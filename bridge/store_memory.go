@@ -257,28 +257,31 @@ func (s *MemoryStore) settle(id string, e *memCall, now time.Time) {
 }
 
 func (s *MemoryStore) manifest(k ConvKey, now time.Time) *memManifest {
-	e := s.manifests[k]
-	if e != nil && !now.Before(e.expires) {
-		delete(s.manifests, k)
-		return nil
-	}
-	return e
+	return live(s.manifests, k, now)
 }
 
-func (s *MemoryStore) call(id string, now time.Time) *memCall {
-	e := s.calls[id]
-	if e != nil && !now.Before(e.expires) {
-		delete(s.calls, id)
-		return nil
-	}
-	return e
-}
+func (s *MemoryStore) call(id string, now time.Time) *memCall { return live(s.calls, id, now) }
 
 func (s *MemoryStore) confirm(id string, now time.Time) *memConfirm {
-	e := s.confirms[id]
-	if e != nil && !now.Before(e.expires) {
-		delete(s.confirms, id)
-		return nil
+	return live(s.confirms, id, now)
+}
+
+// expiring is an entry with a deadline; live drops it on the read that finds it expired.
+type expiring interface {
+	*memManifest | *memCall | *memConfirm
+	deadline() time.Time
+}
+
+func (e *memManifest) deadline() time.Time { return e.expires }
+func (e *memCall) deadline() time.Time     { return e.expires }
+func (e *memConfirm) deadline() time.Time  { return e.expires }
+
+func live[K comparable, V expiring](m map[K]V, k K, now time.Time) V {
+	e := m[k]
+	if e != nil && !now.Before(e.deadline()) {
+		delete(m, k)
+		var zero V
+		return zero
 	}
 	return e
 }
