@@ -52,6 +52,16 @@ func TestValidationErrors(t *testing.T) {
 		{"toolmark negative", minimal + "    toolmark: {max_timeout_ms: -1}\n", "apps[0].toolmark.max_timeout_ms: must be > 0"},
 		{"scaling without url", "scaling: {enabled: true}\n" + minimal, "scaling.redis_url: required when scaling.enabled is true"},
 		{"redis url scheme", "scaling: {redis_url: 'http://x'}\n" + minimal, `scaling.redis_url: scheme must be redis, rediss or unix, got "http"`},
+		{"two topologies", "scaling: {enabled: true, redis_url: 'redis://x', redis_cluster: {addrs: ['h:7000']}}\n" + minimal,
+			"scaling.redis_cluster: set exactly one of scaling.redis_url, scaling.redis_sentinel, scaling.redis_cluster (got scaling.redis_url and scaling.redis_cluster)"},
+		{"sentinel without master", "scaling: {enabled: true, redis_sentinel: {addrs: ['h:26379']}}\n" + minimal,
+			"scaling.redis_sentinel.master_name: must not be empty"},
+		{"sentinel bad addr", "scaling: {enabled: true, redis_sentinel: {master_name: m, addrs: ['h']}}\n" + minimal,
+			`scaling.redis_sentinel.addrs[0]: must be host:port, got "h"`},
+		{"cluster no addrs", "scaling: {enabled: true, redis_cluster: {password: p}}\n" + minimal,
+			"scaling.redis_cluster.addrs: must list at least one host:port"},
+		{"node_timeout", "scaling: {node_timeout: 1}\n" + minimal, "scaling.node_timeout: must be between 2 and 3600 seconds, got 1"},
+		{"channel with brace", "scaling: {channel: 'a{b'}\n" + minimal, "scaling.channel: must not contain { or }"},
 		{"empty origin", minimal + "    allowed_origins: ['*', '']\n", "apps[0].allowed_origins[1]: must not be empty"},
 	}
 	for _, tt := range tests {
