@@ -31,8 +31,9 @@ const occupancyFlush = 50 * time.Millisecond
 // Counts live in one hash per node (field app NUL channel), incremented in batches every
 // occupancyFlush; the socket index is one hash per node (socket id -> app NUL channels),
 // written synchronously because a page may call another node right after subscribing.
-// Both are read only for nodes whose heartbeat is fresh and are deleted when a node is
-// reaped (see RedisPresence), so a dead node's sockets vanish from answers after NodeTTL.
+// This node's connection count per app (a third hash, app -> count) rides on the same batch.
+// All are read only for nodes whose heartbeat is fresh and are deleted when a node is
+// reaped (see RedisPresence), so a dead node's sockets vanish from answers within NodeTimeout.
 // The node keeps the same state in memory and writes it again with Resync when Redis lost it.
 type RedisOccupancy struct {
 	p      *RedisPresence // keys, node id and liveness
@@ -44,6 +45,8 @@ type RedisOccupancy struct {
 	pending map[string]int64           // not yet written deltas
 	indexed map[string]map[string]bool // socket -> indexed channels
 	apps    map[string]string          // socket -> app, for indexed sockets
+	conns   func() map[string]int64    // app -> open sockets on this node (SetConnections)
+	wrote   map[string]int64           // conns as last written
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -70,6 +73,34 @@ func NewRedisOccupancy(p *RedisPresence, indexPrefix string, logger *slog.Logger
 
 func (o *RedisOccupancy) subsKey(node string) string    { return o.p.NodeKey(node, "subs") }
 func (o *RedisOccupancy) socketsKey(node string) string { return o.p.NodeKey(node, "sockets") }
+func (o *RedisOccupancy) connsKey(node string) string   { return o.p.NodeKey(node, "conns") }
+
+// SetConnections gives the batch writer this node's connection count per app, written
+// whenever it changed, so Connections can sum every live node.
+func (o *RedisOccupancy) SetConnections(counts func() map[string]int64) {
+	o.mu.Lock()
+	o.conns = counts
+	o.wrote = nil
+	o.mu.Unlock()
+}
+
+// connDelta returns the per-app counts that changed since the last write (nil = none).
+func (o *RedisOccupancy) connDelta() map[string]int64 {
+	if o.conns == nil {
+		return nil
+	}
+	now := o.conns()
+	var out map[string]int64
+	for app, n := range now {
+		if w, ok := o.wrote[app]; !ok || w != n {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[app] = n
+		}
+	}
+	return out
+}
 
 // Subscribed implements Occupancy.
 func (o *RedisOccupancy) Subscribed(app, channel, socketID string) {
@@ -155,7 +186,8 @@ func (o *RedisOccupancy) loop() {
 func (o *RedisOccupancy) flush() {
 	o.mu.Lock()
 	batch := o.pending
-	if len(batch) == 0 {
+	conns := o.connDelta()
+	if len(batch) == 0 && len(conns) == 0 {
 		o.mu.Unlock()
 		return
 	}
@@ -169,12 +201,27 @@ func (o *RedisOccupancy) flush() {
 			pipe.HIncrBy(ctx, o.subsKey(o.p.node), f, d)
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		o.mu.Lock()
+	if len(conns) > 0 {
+		vals := make(map[string]any, len(conns))
+		for app, n := range conns {
+			vals[app] = n
+		}
+		pipe.HSet(ctx, o.connsKey(o.p.node), vals)
+	}
+	_, err := pipe.Exec(ctx)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
 		for f, d := range batch {
 			o.pending[f] += d
 		}
-		o.mu.Unlock()
+		return
+	}
+	if o.wrote == nil {
+		o.wrote = map[string]int64{}
+	}
+	for app, n := range conns {
+		o.wrote[app] = n
 	}
 }
 
@@ -190,9 +237,10 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 		sockets[s] = indexValue(o.apps[s], set)
 	}
 	o.pending = map[string]int64{}
+	o.wrote = nil // the next flush writes every connection count again
 	o.mu.Unlock()
 	pipe := o.p.rdb.TxPipeline()
-	pipe.Del(ctx, o.subsKey(o.p.node), o.socketsKey(o.p.node))
+	pipe.Del(ctx, o.subsKey(o.p.node), o.socketsKey(o.p.node), o.connsKey(o.p.node))
 	if len(counts) > 0 {
 		pipe.HSet(ctx, o.subsKey(o.p.node), counts)
 	}
@@ -203,9 +251,9 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	return err
 }
 
-// liveNodes lists nodes whose heartbeat is within NodeTTL, always including this one.
+// liveNodes lists nodes not yet dead (see RedisPresence), always including this one.
 func (o *RedisOccupancy) liveNodes(ctx context.Context) ([]string, error) {
-	min := strconv.FormatInt(time.Now().Add(-o.p.ttl).UnixMilli(), 10)
+	min := strconv.FormatInt(time.Now().Add(-o.p.deadAfter()).UnixMilli(), 10)
 	nodes, err := o.p.rdb.ZRangeByScore(ctx, o.p.nodes(), &redis.ZRangeBy{Min: min, Max: "+inf"}).Result()
 	if err != nil {
 		return nil, err
@@ -228,6 +276,35 @@ func (o *RedisOccupancy) SubscriptionCount(ctx context.Context, app, channel str
 	cmds := make([]*redis.StringCmd, len(nodes))
 	for i, n := range nodes {
 		cmds[i] = pipe.HGet(ctx, o.subsKey(n), app+"\x00"+channel)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	total := 0
+	for _, c := range cmds {
+		if n, err := c.Int(); err == nil && n > 0 {
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// RemoteConnections is the app's open sockets on every other live node, as of their last
+// batch; the caller adds its own, exact count.
+func (o *RedisOccupancy) RemoteConnections(ctx context.Context, app string) (int, error) {
+	nodes, err := o.liveNodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	pipe := o.p.rdb.Pipeline()
+	var cmds []*redis.StringCmd
+	for _, n := range nodes {
+		if n != o.p.node {
+			cmds = append(cmds, pipe.HGet(ctx, o.connsKey(n), app))
+		}
+	}
+	if len(cmds) == 0 {
+		return 0, nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err

@@ -38,6 +38,8 @@ type Registry struct {
 	presence PresenceStore
 	occ      Occupancy
 	cache    *cacheStore
+	// remoteCache, when set, is the cluster's cache (see LastEvent in cache.go).
+	remoteCache CacheReader
 }
 
 // Options wires the seams; nil Broker or Presence selects the in-memory one. Occupancy,
@@ -46,6 +48,8 @@ type Options struct {
 	Broker    Broker
 	Presence  PresenceStore
 	Occupancy Occupancy
+	// Cache, when set, answers cache channels' last events cluster-wide.
+	Cache CacheReader
 }
 
 // NewRegistry builds a registry. With Options.Broker nil, a MemoryBroker delivering to
@@ -60,6 +64,7 @@ func NewRegistry(opts Options) *Registry {
 		r.broker = NewMemoryBroker(r.DeliverLocal)
 	}
 	r.occ = opts.Occupancy
+	r.remoteCache = opts.Cache
 	r.presence = opts.Presence
 	if r.presence == nil {
 		r.presence = NewMemoryPresence()
@@ -180,11 +185,6 @@ func (r *Registry) DeliverLocal(m Message) int {
 	}
 	ch.mu.RUnlock()
 	return n
-}
-
-// CachedFrame returns the last frame published on a cache channel, if still fresh.
-func (r *Registry) CachedFrame(app, name string) ([]byte, bool) {
-	return r.cache.get(app, name)
 }
 
 // SubscriptionCount is the number of local sockets subscribed to the channel.

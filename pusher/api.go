@@ -397,5 +397,5 @@ func (t terminator) Send(frame []byte) {
 }
 
 func (s *Server) handleConnections(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]int{"connections": s.ConnectionCount(appOf(c).cfg.ID)})
+	return c.JSON(http.StatusOK, map[string]int{"connections": s.clusterConnections(c.Request().Context(), appOf(c).cfg.ID)})
 }

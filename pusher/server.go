@@ -56,6 +56,8 @@ type ClusterView interface {
 	Channels(ctx context.Context, app, prefix string) ([]channels.ChannelInfo, error)
 	// Socket finds an indexed (toolmark) socket on any node.
 	Socket(ctx context.Context, socketID string) (app string, chans []string, ok bool, err error)
+	// RemoteConnections counts the app's sockets on every other live node.
+	RemoteConnections(ctx context.Context, app string) (int, error)
 }
 
 // Server holds every app's sockets and channels on this node.
@@ -156,6 +158,18 @@ func (s *Server) ConnectionCount(appID string) int {
 		return int(a.conns.Load())
 	}
 	return 0
+}
+
+// clusterConnections is the app's open sockets over the cluster: this node's exact count
+// plus the other live nodes' last batches; this node's alone when Redis cannot answer.
+func (s *Server) clusterConnections(ctx context.Context, appID string) int {
+	n := s.ConnectionCount(appID)
+	if s.cluster != nil {
+		if remote, err := s.cluster.RemoteConnections(ctx, appID); err == nil {
+			n += remote
+		}
+	}
+	return n
 }
 
 // clusterTimeout bounds one cluster-wide read.

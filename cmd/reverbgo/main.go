@@ -150,7 +150,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 			_ = hooks.Close(context.Background())
 			return nil, err
 		}
-		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
+		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ, Cache: cl.cache})
 		opts.Health = cl.health
 		opts.Cluster = cl.occ
 		store = cl.store
@@ -161,7 +161,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	}
 	srv := pusher.NewServer(opts)
 	if cl != nil {
-		cl.start(opts.Registry, srv.MemberGone)
+		cl.start(opts.Registry, srv)
 	}
 	br := bridge.New(bridge.Options{
 		Store:     store,
