@@ -39,23 +39,26 @@ const startupTimeout = 5 * time.Second
 
 // redisClient builds the client for the configured topology: a plain client for
 // scaling.redis_url, a Sentinel failover client (it asks the sentinels for the master and
-// follows +switch-master) or a Redis Cluster client. The description is for logs.
+// follows +switch-master) or a Redis Cluster client. The description is for logs. Every
+// client honours context deadlines (ContextTimeoutEnabled), so a caller's deadline bounds a
+// round trip to a Redis that stopped answering, not only go-redis's own 3 s read timeout.
 func redisClient(sc config.Scaling) (redis.UniversalClient, string, error) {
 	switch {
 	case sc.RedisSentinel.Set():
 		s := sc.RedisSentinel
 		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: s.MasterName, SentinelAddrs: s.Addrs, Password: s.Password,
+			MasterName: s.MasterName, SentinelAddrs: s.Addrs, Password: s.Password, ContextTimeoutEnabled: true,
 		}), "sentinel " + s.MasterName + "@" + strings.Join(s.Addrs, ","), nil
 	case sc.RedisCluster.Set():
 		c := sc.RedisCluster
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Password: c.Password}),
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Password: c.Password, ContextTimeoutEnabled: true}),
 			"cluster " + strings.Join(c.Addrs, ","), nil
 	default:
 		opt, err := redis.ParseURL(sc.RedisURL)
 		if err != nil {
 			return nil, "", fmt.Errorf("scaling.redis_url: %w", err)
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClient(opt), opt.Addr, nil
 	}
 }

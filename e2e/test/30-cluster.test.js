@@ -7,6 +7,7 @@
 // Sentinel failover is survived.
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const { sdk, apiGet, pusherClient, whenConnected, subscribe, inbox } = require('../lib/clients');
@@ -22,6 +23,8 @@ async function client(t, node, id) {
   await whenConnected(p);
   return p;
 }
+
+const redisCli = (port, ...args) => execFileSync('redis-cli', ['-p', String(port), ...args], { encoding: 'utf8' }).trim();
 
 const ids = (members) => Object.keys(members.members).sort();
 
@@ -78,6 +81,13 @@ for (const kind of ['standalone', 'sentinel', 'cluster']) {
         await got.wait(i + 1);
       }
       assert.deepEqual(got.got, [{ i: 0 }, { i: 1 }, { i: 2 }]);
+      if (kind === 'cluster') {
+        // Sharded pub/sub: the three nodes hold SSUBSCRIBE on the scaling channel, no SUBSCRIBE.
+        const ports = topo.vars.CLUSTER_ADDRS.split(',').map((a) => a.split(':')[1]);
+        const count = (cmd) => ports.reduce((sum, p) => sum + Number(redisCli(p, 'pubsub', cmd, nodes.channel).split('\n')[1]), 0);
+        assert.equal(count('shardnumsub'), 3);
+        assert.equal(count('numsub'), 0);
+      }
     });
 
     test('cache channels replay the last event on every node; cache_miss is cluster-wide', async (t) => {
@@ -130,6 +140,7 @@ for (const kind of ['standalone', 'sentinel', 'cluster']) {
         await quiet(1500);
         assert.deepEqual(got1.got, [{ n: 'during' }], 'node 1 delivered once');
         assert.deepEqual(got2.got, [{ n: 'during' }], 'node 2 delivered once');
+        assert.match(nodes[0].logs(), /queued for retry/, 'the stall made node 1 retry its PUBLISH');
       });
     }
 
@@ -155,6 +166,9 @@ for (const kind of ['standalone', 'sentinel', 'cluster']) {
           },
           { ms: 40000, every: 500, what: 'a publish after the failover' },
         );
+        const sentinelPort = topo.vars.SENTINEL_ADDRS.split(',')[0].split(':')[1];
+        const master = redisCli(sentinelPort, 'sentinel', 'get-master-addr-by-name', 'mymaster').split('\n');
+        assert.equal(master[1], topo.vars.REPLICA_PORT, 'the replica was promoted');
         for (const node of nodes) {
           await eventually(async () => (await fetch(`${node.url}/up`)).ok, { ms: 20000, what: `${node.url}/up OK` });
         }
