@@ -28,8 +28,8 @@ const occupancyFlush = 50 * time.Millisecond
 // answer counts and channel lists for the whole cluster, and indexes the sockets of
 // channels starting with IndexPrefix, so that any node can find such a socket by id.
 //
-// Counts live in one hash per node (field app NUL channel), incremented in batches every
-// occupancyFlush; the socket index is one hash per node (socket id -> app NUL channels),
+// Counts live in one hash per node (field app NUL channel), written as absolute values (so a
+// lost write heals with the next one) in batches every occupancyFlush; the socket index is one hash per node (socket id -> app NUL channels),
 // written synchronously because a page may call another node right after subscribing.
 // This node's connection count per app (a third hash, app -> count) rides on the same batch.
 // All are read only for nodes whose heartbeat is fresh and are deleted when a node is
@@ -42,7 +42,7 @@ type RedisOccupancy struct {
 
 	mu      sync.Mutex
 	counts  map[string]int64           // app NUL channel -> local subscribers
-	pending map[string]int64           // not yet written deltas
+	pending map[string]struct{}        // fields whose count changed since the last write
 	indexed map[string]map[string]bool // socket -> indexed channels
 	apps    map[string]string          // socket -> app, for indexed sockets
 	conns   func() map[string]int64    // app -> open sockets on this node (SetConnections)
@@ -61,7 +61,7 @@ func NewRedisOccupancy(p *RedisPresence, indexPrefix string, logger *slog.Logger
 	}
 	o := &RedisOccupancy{
 		p: p, prefix: indexPrefix, log: logger,
-		counts: map[string]int64{}, pending: map[string]int64{}, indexed: map[string]map[string]bool{}, apps: map[string]string{},
+		counts: map[string]int64{}, pending: map[string]struct{}{}, indexed: map[string]map[string]bool{}, apps: map[string]string{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	p.mu.Lock()
@@ -119,6 +119,7 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 	if o.counts[f] += delta; o.counts[f] <= 0 {
 		delete(o.counts, f)
 	}
+	count := o.counts[f]
 	var value string
 	if indexed {
 		set := o.indexed[socketID]
@@ -139,7 +140,7 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 			value = indexValue(app, set)
 		}
 	} else {
-		o.pending[f] += delta
+		o.pending[f] = struct{}{}
 	}
 	o.mu.Unlock()
 	if !indexed {
@@ -148,7 +149,7 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := o.p.rdb.TxPipeline()
-	pipe.HIncrBy(ctx, o.subsKey(o.p.node), f, delta)
+	setCount(ctx, pipe, o.subsKey(o.p.node), f, count)
 	if value == "" {
 		pipe.HDel(ctx, o.socketsKey(o.p.node), socketID)
 	} else {
@@ -156,6 +157,19 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		o.log.Warn("socket index not written; the next resync repairs it", "error", err)
+		o.mu.Lock()
+		o.pending[f] = struct{}{}
+		o.mu.Unlock()
+	}
+}
+
+// setCount writes an absolute count (not a delta): a write lost to a failover or an outage
+// is corrected by the next write of the same field.
+func setCount(ctx context.Context, pipe redis.Pipeliner, key, field string, n int64) {
+	if n > 0 {
+		pipe.HSet(ctx, key, field, n)
+	} else {
+		pipe.HDel(ctx, key, field)
 	}
 }
 
@@ -182,7 +196,7 @@ func (o *RedisOccupancy) loop() {
 	}
 }
 
-// flush writes the batched deltas; on failure they are kept and merged into the next batch.
+// flush writes the changed counts (absolute values); on failure they stay marked for the next batch.
 func (o *RedisOccupancy) flush() {
 	o.mu.Lock()
 	batch := o.pending
@@ -191,15 +205,17 @@ func (o *RedisOccupancy) flush() {
 		o.mu.Unlock()
 		return
 	}
-	o.pending = map[string]int64{}
+	o.pending = map[string]struct{}{}
+	values := make(map[string]int64, len(batch))
+	for f := range batch {
+		values[f] = o.counts[f]
+	}
 	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := o.p.rdb.Pipeline()
-	for f, d := range batch {
-		if d != 0 {
-			pipe.HIncrBy(ctx, o.subsKey(o.p.node), f, d)
-		}
+	for f, n := range values {
+		setCount(ctx, pipe, o.subsKey(o.p.node), f, n)
 	}
 	if len(conns) > 0 {
 		vals := make(map[string]any, len(conns))
@@ -212,8 +228,8 @@ func (o *RedisOccupancy) flush() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if err != nil {
-		for f, d := range batch {
-			o.pending[f] += d
+		for f := range batch {
+			o.pending[f] = struct{}{}
 		}
 		return
 	}
@@ -236,7 +252,7 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	for s, set := range o.indexed {
 		sockets[s] = indexValue(o.apps[s], set)
 	}
-	o.pending = map[string]int64{}
+	o.pending = map[string]struct{}{}
 	o.wrote = nil // the next flush writes every connection count again
 	o.mu.Unlock()
 	pipe := o.p.rdb.TxPipeline()

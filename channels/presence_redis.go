@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,6 +68,10 @@ type RedisPresence struct {
 	pending []string          // entries whose Leave failed, retried by the heartbeat
 	// onRejoin also writes other per-node state again (RedisOccupancy.Resync).
 	onRejoin func(context.Context) error
+	// inflight counts Joins and Leaves under way and ops those finished, so the heartbeat
+	// compares the mirror with Redis only at a quiet moment.
+	inflight atomic.Int64
+	ops      atomic.Uint64
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -131,15 +136,17 @@ func splitEntry(e string) (app, ch, socket, user string, ok bool) {
 var joinScript = redis.NewScript(`
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('SADD', KEYS[4], ARGV[4])
 if prev == ARGV[2] then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('SADD', KEYS[4], ARGV[4])
 if redis.call('HINCRBY', KEYS[3], ARGV[2], 1) == 1 then return 1 end
 return 0`)
 
 // Join implements PresenceStore.
 func (p *RedisPresence) Join(ctx context.Context, app, channel, socketID string, m Member) (bool, error) {
 	e := entry(app, channel, socketID, m.UserID)
+	p.inflight.Add(1)
+	defer p.opDone()
 	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, channel), p.sockets(app, channel), p.counts(app, channel), p.NodeKey(p.node, "presence")},
 		socketID, m.UserID, m.Info, e).Int()
 	if err != nil {
@@ -166,6 +173,8 @@ return 0`)
 // retried by the heartbeat, which reports a last leave through OnGone.
 func (p *RedisPresence) Leave(ctx context.Context, app, channel, socketID, userID string) (bool, error) {
 	e := entry(app, channel, socketID, userID)
+	p.inflight.Add(1)
+	defer p.opDone()
 	last, err := p.leave(ctx, e)
 	p.mu.Lock()
 	delete(p.mirror, e)
@@ -174,6 +183,11 @@ func (p *RedisPresence) Leave(ctx context.Context, app, channel, socketID, userI
 	}
 	p.mu.Unlock()
 	return last, err
+}
+
+func (p *RedisPresence) opDone() {
+	p.ops.Add(1)
+	p.inflight.Add(-1)
 }
 
 func (p *RedisPresence) leave(ctx context.Context, e string) (bool, error) {
@@ -239,6 +253,11 @@ func (p *RedisPresence) Heartbeat(ctx context.Context) error {
 	if err := p.retryLeaves(ctx); err != nil {
 		return err
 	}
+	if added == 0 {
+		if err := p.verify(ctx); err != nil {
+			return err
+		}
+	}
 	dead, err := p.rdb.ZRangeByScore(ctx, p.nodes(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.Add(-p.deadAfter()).UnixMilli(), 10)}).Result()
 	if err != nil {
 		return err
@@ -278,6 +297,71 @@ func (p *RedisPresence) rejoin(ctx context.Context) error {
 			socket, m.UserID, m.Info, e).Err(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// verify repairs this node's memberships when Redis holds a different number of them than
+// the mirror: writes lost to a Sentinel failover (replication is asynchronous) or to a
+// Cluster shard's failover. Memberships Redis lacks are joined again; ones the node no
+// longer has are left (a last one is reported through OnGone). The check is one SCARD, made
+// only while no Join or Leave is under way.
+func (p *RedisPresence) verify(ctx context.Context) error {
+	ops := p.ops.Load()
+	if p.inflight.Load() != 0 {
+		return nil
+	}
+	p.mu.Lock()
+	n := len(p.mirror)
+	p.mu.Unlock()
+	set := p.NodeKey(p.node, "presence")
+	card, err := p.rdb.SCard(ctx, set).Result()
+	if err != nil || int(card) == n || p.inflight.Load() != 0 || p.ops.Load() != ops {
+		return err
+	}
+	have, err := p.rdb.SMembers(ctx, set).Result()
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.inflight.Load() != 0 || p.ops.Load() != ops {
+		p.mu.Unlock()
+		return nil // changed meanwhile: the next heartbeat looks again
+	}
+	mirror := make(map[string]Member, len(p.mirror))
+	for e, m := range p.mirror {
+		mirror[e] = m
+	}
+	onRejoin := p.onRejoin
+	p.mu.Unlock()
+	p.log.Warn("redis presence differs from this node's; repairing", "node", p.node, "redis", card, "node_has", n)
+	inRedis := make(map[string]bool, len(have))
+	for _, e := range have {
+		inRedis[e] = true
+		if _, ok := mirror[e]; ok {
+			continue
+		}
+		last, err := p.leave(ctx, e)
+		if err != nil {
+			return err
+		}
+		if last && p.onGone != nil {
+			app, ch, _, user, _ := splitEntry(e)
+			p.onGone(app, ch, user)
+		}
+	}
+	for e, m := range mirror {
+		if inRedis[e] {
+			continue
+		}
+		app, ch, socket, _, _ := splitEntry(e)
+		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+			socket, m.UserID, m.Info, e).Err(); err != nil {
+			return err
+		}
+	}
+	if onRejoin != nil {
+		return onRejoin(ctx)
 	}
 	return nil
 }
