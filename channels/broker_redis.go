@@ -81,6 +81,7 @@ type RedisBroker struct {
 	maxBacklog int64
 	maxAge     time.Duration
 	backlog    atomic.Int64
+	slots      atomic.Int64 // queue entries reserved and not yet taken by the writer
 	qmu        sync.RWMutex // guards closing the queue against Publish sending on it
 	closed     bool
 	queue      chan outbound
@@ -187,29 +188,39 @@ func (b *RedisBroker) Dropped() int64 { return b.dropped.Load() }
 // Publish queues m for the other nodes, then delivers it on this node. It never waits on
 // Redis: when the backlog is full it returns ErrBacklog and delivers nothing.
 func (b *RedisBroker) Publish(_ context.Context, m Message) error {
-	size := cost(m)
+	return b.PublishAll(context.Background(), []Message{m})
+}
+
+// PublishAll publishes ms all or nothing: either every message is queued and delivered on
+// this node, or (backlog full, broker closed) none is, so a request naming several channels
+// never half-succeeds.
+func (b *RedisBroker) PublishAll(_ context.Context, ms []Message) error {
+	var size int64
+	for _, m := range ms {
+		size += cost(m)
+	}
+	n := int64(len(ms))
 	b.qmu.RLock()
 	if b.closed {
 		b.qmu.RUnlock()
 		return ErrBrokerClosed
 	}
-	if b.backlog.Add(size) > b.maxBacklog {
+	if b.backlog.Add(size) > b.maxBacklog || b.slots.Add(n) > queueSlots {
 		b.backlog.Add(-size)
+		b.slots.Add(-n)
 		b.qmu.RUnlock()
 		b.warn("publish refused: redis backlog full", ErrBacklog)
 		return ErrBacklog
 	}
-	select {
-	case b.queue <- outbound{m: m, at: time.Now()}:
-	default:
-		b.backlog.Add(-size)
-		b.qmu.RUnlock()
-		b.warn("publish refused: redis backlog full", ErrBacklog)
-		return ErrBacklog
+	now := time.Now()
+	for _, m := range ms {
+		b.queue <- outbound{m: m, at: now} // never blocks: the slots are reserved
 	}
 	b.qmu.RUnlock()
 	if d := b.deliver.Load(); d != nil {
-		(*d)(m)
+		for _, m := range ms {
+			(*d)(m)
+		}
 	}
 	return nil
 }
@@ -263,6 +274,7 @@ func (b *RedisBroker) write() {
 			if !ok {
 				return
 			}
+			b.slots.Add(-1)
 			batch = append(batch, o)
 		fill:
 			for len(batch) < publishBatch {
@@ -272,6 +284,7 @@ func (b *RedisBroker) write() {
 						open = false
 						break fill
 					}
+					b.slots.Add(-1)
 					batch = append(batch, o)
 				default:
 					break fill

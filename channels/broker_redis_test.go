@@ -158,6 +158,26 @@ func TestRedisBrokerBacklogFull(t *testing.T) {
 	if len(s.got) != accepted {
 		t.Fatalf("local deliveries %d, accepted publishes %d", len(s.got), accepted)
 	}
+	// A request naming several channels is all or nothing.
+	b2, err := NewRedisBroker(ctx, rdb, RedisBrokerOptions{MaxBacklog: 1000})
+	if err == nil {
+		t.Fatal("subscribed to a closed Redis")
+	}
+	t.Cleanup(func() { _ = b2.Close() })
+	reg2 := NewRegistry(Options{Broker: b2})
+	b2.Start(reg2.DeliverLocal)
+	s2 := sink{make(chan string, 100)}
+	reg2.Subscribe("app", "c", s2)
+	three := []Message{{AppID: "app", Channel: "c", Frame: []byte(frame)}, {AppID: "app", Channel: "c", Frame: []byte(frame)}, {AppID: "app", Channel: "c", Frame: []byte(frame)}}
+	if err := reg2.PublishAll(ctx, three); err != ErrBacklog {
+		t.Fatalf("three messages over the bound: %v", err)
+	}
+	if err := reg2.PublishAll(ctx, three[:2]); err != nil {
+		t.Fatalf("two messages within the bound: %v", err)
+	}
+	if len(s2.got) != 2 {
+		t.Fatalf("local deliveries %d, want exactly the 2 accepted", len(s2.got))
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -160,6 +160,20 @@ func (r *Registry) Publish(ctx context.Context, m Message) error {
 	return r.broker.Publish(ctx, m)
 }
 
+// PublishAll publishes every message or, when the broker refuses, none (with a BatchBroker;
+// other brokers publish one by one and stop at the first error).
+func (r *Registry) PublishAll(ctx context.Context, ms []Message) error {
+	if bb, ok := r.broker.(BatchBroker); ok {
+		return bb.PublishAll(ctx, ms)
+	}
+	for _, m := range ms {
+		if err := r.broker.Publish(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // DeliverLocal queues the frame on every local subscriber except m.Except and records it
 // for cache channels. Brokers call it for messages from any node. It returns the number
 // of sockets it queued the frame on.

@@ -204,10 +204,12 @@ func (s *Server) handleEvents(c echo.Context) error {
 		return apiError(c, herr.status, herr.message)
 	}
 	ctx := c.Request().Context()
-	for _, ch := range chans {
-		if err := s.publish(ctx, app.cfg.ID, ch, ev.Name, data, ev.SocketID); err != nil {
-			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
-		}
+	ms := make([]channels.Message, len(chans))
+	for i, ch := range chans {
+		ms[i] = eventMessage(app.cfg.ID, ch, ev.Name, data, ev.SocketID)
+	}
+	if err := s.publishAll(ctx, ms); err != nil {
+		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
 	}
 	if ev.Info == "" {
 		return c.JSON(http.StatusOK, struct{}{})
@@ -251,12 +253,14 @@ func (s *Server) handleBatch(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	withInfo := false
+	ms := make([]channels.Message, len(ready))
 	for i, p := range ready {
 		ev := &req.Batch[i]
 		withInfo = withInfo || ev.Info != ""
-		if err := s.publish(ctx, app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID); err != nil {
-			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
-		}
+		ms[i] = eventMessage(app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID)
+	}
+	if err := s.publishAll(ctx, ms); err != nil {
+		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
 	}
 	if !withInfo {
 		return c.JSON(http.StatusOK, map[string]any{"batch": struct{}{}})

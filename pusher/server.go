@@ -238,9 +238,21 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 }
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
+	return s.reg.Publish(ctx, eventMessage(appID, channel, event, data, except))
+}
+
+// eventMessage encodes one event for the broker.
+func eventMessage(appID, channel, event, data, except string) channels.Message {
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
-	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
+	return channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable}
+}
+
+// publishAll publishes the messages of one HTTP request all or nothing: with scaling, a
+// refused publish (Redis backlog full) delivers none of them, so the 503 the caller gets
+// never follows a local delivery and its retry duplicates nothing.
+func (s *Server) publishAll(ctx context.Context, ms []channels.Message) error {
+	return s.reg.PublishAll(ctx, ms)
 }
 
 // MemberGone announces that a user left a presence channel without a local Leave saying so:
