@@ -26,6 +26,7 @@ import (
 type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
+	obs   appCounters // counted only while a console observes (observe.go)
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -76,6 +77,7 @@ type Server struct {
 	flushers []*flusher
 	pollers  pollerSet
 
+	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
 	draining atomic.Bool
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -224,6 +226,7 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 }
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
+	s.observeOut(appID)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})

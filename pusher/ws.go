@@ -84,6 +84,7 @@ func (s *Server) register(c *Conn) bool {
 	s.active.Add(1)
 	s.activeMu.Unlock()
 	c.lastActivity.Store(s.now().UnixNano())
+	c.observeOpen()
 	return true
 }
 
@@ -302,6 +303,7 @@ func (c *Conn) cleanup() {
 		s.sockets.unbindUser(c.app.cfg.ID, user, c)
 	}
 	c.app.conns.Add(-1)
+	c.observeClose()
 	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
 }
 
