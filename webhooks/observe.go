@@ -1,5 +1,10 @@
 package webhooks
 
+import (
+	"errors"
+	"net/url"
+)
+
 // Observer sees webhook deliveries for the debug console: batches acknowledged and failed
 // attempts. url is the logged form (credentials removed). It is attached only while a
 // console is open; implementations must not block.
@@ -27,6 +32,11 @@ func (ob *outbox) observe(events, attempt int, err error) {
 	if err == nil {
 		box.o.WebhookSent(ob.appID, ob.logURL, events, attempt)
 		return
+	}
+	// A *url.Error repeats the full URL, credentials included: keep only its cause.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
 	box.o.WebhookFailed(ob.appID, ob.logURL, events, attempt, err.Error())
 }
