@@ -32,7 +32,7 @@ func securityHeaders(ctx echo.Context) {
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin") // not no-referrer: Chromium then sends "Origin: null" on the login POST
 	h.Set("Cache-Control", "no-store")
 }
 
