@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
