@@ -28,6 +28,7 @@ const clients = [];
 const users = { tk1: { id: 'u1', conversations: new Set() } };
 
 async function launch() {
+  if (!fs.existsSync('/usr/bin/chromium')) throw new Error('these tests need Debian\'s chromium at /usr/bin/chromium (apt-get install chromium)');
   userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'reverbgo-chromium-'));
   return chromium.launchPersistentContext(userDataDir, {
     executablePath: '/usr/bin/chromium',
