@@ -139,7 +139,7 @@
       return row([c.user, c.conversation, c.client_id ? `${c.client_id} rev ${c.rev}` : '—', tools]);
     }));
     if (!t.conversations.length) $('tm-convs').append(row([el('td', 'No page connected.', 'muted')]));
-    $('tm-inflight').replaceChildren(...t.inflight.map((c) => row([c.tool, c.kind, `${c.user} / ${c.conversation}`, Math.round(c.age_ms / 1000) + ' s'])));
+    $('tm-inflight').replaceChildren(...t.inflight.map((c) => row([c.tool, c.kind, `${c.user} / ${c.conversation}`, Math.round((c.age_ms || 0) / 1000) + ' s'])));
     if (!t.inflight.length) $('tm-inflight').append(row([el('td', 'None.', 'muted')]));
     $('tm-recent').replaceChildren(...t.recent.map((c) => row([c.tool, c.kind, `${c.user} / ${c.conversation}`,
       el('td', c.status + (c.reason ? ` (${c.reason})` : ''), 'status-' + c.status), c.latency_ms + ' ms'])));

@@ -188,7 +188,8 @@ test('a Toolmark call from a simulated page shows in flight, then with its statu
 
   const pending = agent(server, APP1).call({ user_id: 'u1', conversation_id: conv, tool: 'notes.create', input: { title: 'SECRET-INPUT-VALUE' } });
   const call = await tmPage.next({ type: 'call' });
-  await row('tm-inflight', 'notes.create', conv);
+  const inflight = await row('tm-inflight', 'notes.create', conv);
+  assert.match(await inflight.innerText(), /\d+ s/);
   await shot('toolmark-inflight');
   assert.equal((await tmPage.result(call.id, { status: 'ok', data: { id: 7, body: 'SECRET-RESULT-VALUE' } })).status, 204);
   assert.equal((await pending).status, 200);
