@@ -59,6 +59,7 @@ func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateServer(v)
 	c.validateScaling(v)
+	c.validateOps(v)
 
 	if len(c.Apps) == 0 {
 		v.add("apps", "at least one app is required (in the config file or via REVERB_APP_ID, REVERB_APP_KEY and REVERB_APP_SECRET)")
