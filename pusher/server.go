@@ -26,6 +26,7 @@ import (
 type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
+	stats appStats // metrics.go
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -75,6 +76,7 @@ type Server struct {
 
 	flushers []*flusher
 	pollers  pollerSet
+	stats    serverStats // metrics.go
 
 	draining atomic.Bool
 	stop     chan struct{}
@@ -224,6 +226,7 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 }
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
+	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
