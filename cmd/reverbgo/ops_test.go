@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +231,37 @@ func TestHealthcheckPinsTheConfiguredCert(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
 	if _, err := client.Get(srv.URL); err == nil {
 		t.Fatal("a server with another certificate was accepted")
+	}
+}
+
+// Keys other packages add later are masked by name: a header map's credentials, a console
+// token, nested passwords.
+func TestMaskByName(t *testing.T) {
+	type hook struct {
+		URL     string            `mapstructure:"url"`
+		Headers map[string]string `mapstructure:"headers"`
+	}
+	type cfg struct {
+		ConsoleToken string `mapstructure:"console_token"`
+		Hooks        []hook `mapstructure:"hooks"`
+		Plain        string `mapstructure:"plain"`
+		Empty        string `mapstructure:"api_secret"`
+	}
+	v := cfg{ConsoleToken: "tok-1", Plain: "visible", Hooks: []hook{{URL: "https://x/y", Headers: map[string]string{
+		"Authorization": "Bearer hdr-secret", "X-Api-Key": "k-secret", "X-Trace": "trace-on"}}}}
+	out, err := yaml.Marshal(toNode(reflect.ValueOf(v), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, leak := range []string{"tok-1", "hdr-secret", "k-secret"} {
+		if strings.Contains(s, leak) {
+			t.Errorf("%q leaked:\n%s", leak, s)
+		}
+	}
+	for _, keep := range []string{"visible", "trace-on", "https://x/y", "api_secret: \"\""} {
+		if !strings.Contains(s, keep) {
+			t.Errorf("%q missing:\n%s", keep, s)
+		}
 	}
 }
