@@ -38,10 +38,10 @@ func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 	return r.cert.Load(), nil
 }
 
-// tlsConfig is the listener's TLS configuration; HTTP/1.1 only, since WebSocket upgrades
-// need it (an h2 client would get no Upgrade).
+// tlsConfig is the listener's TLS configuration: Go's defaults (as ServeTLS with the files
+// had) except that the certificate comes from the reloader.
 func (r *certReloader) tlsConfig() *tls.Config {
-	return &tls.Config{GetCertificate: r.getCertificate, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+	return &tls.Config{GetCertificate: r.getCertificate}
 }
 
 // onSIGHUP reloads and logs the outcome.
