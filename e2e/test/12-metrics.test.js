@@ -6,6 +6,7 @@
 // and metrics.listen moves it to a listener of its own.
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
+const http = require('node:http');
 const { startServer, freePort } = require('../lib/server');
 const { sdk, outcome, pusherClient, whenConnected, subscribe, inbox } = require('../lib/clients');
 const { rawApi } = require('../lib/rawapi');
@@ -172,4 +173,36 @@ describe('metrics off by default, and on a listener of its own', () => {
     assert.equal(r.status, 200);
     assert.ok(parse(r.text).get('reverbgo_build_info') === 1);
   });
+});
+
+test('webhook deliveries move: a receiver that fails once counts failed, retried, then delivered', async (t) => {
+  const bag = cleanup(t);
+  let calls = 0;
+  const receiver = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      calls++;
+      res.writeHead(calls === 1 ? 500 : 200).end();
+    });
+  });
+  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  bag.add(() => new Promise((resolve) => receiver.close(resolve)));
+  const hookApp = { ...APP, webhooks: [{ url: `http://127.0.0.1:${receiver.address().port}/hook`, event_types: ['channel_occupied'] }] };
+  const port = await freePort();
+  const serverKeys = { host: '127.0.0.1', port };
+  const server = await startServer({ server: serverKeys, apps: [hookApp], config: { server: serverKeys, apps: [hookApp], metrics: { enabled: true } } });
+  bag.add(() => server.stop());
+  const w = await Wire.connect(server);
+  bag.add(() => w.close());
+  w.send({ event: 'pusher:subscribe', data: { channel: uid('hooked-') } });
+  await w.next({ event: 'pusher_internal:subscription_succeeded' });
+  const m = await eventually(async () => {
+    const p = parse((await scrape(`${server.url}/metrics`)).text);
+    return p.get('reverbgo_webhook_deliveries_total', { result: 'delivered' }) === 1 ? p : null;
+  }, { ms: 15000, what: 'the webhook delivered after one retry' });
+  assert.equal(m.get('reverbgo_webhook_deliveries_total', { result: 'failed' }), 1);
+  assert.equal(m.get('reverbgo_webhook_deliveries_total', { result: 'retried' }), 1);
+  assert.equal(m.get('reverbgo_webhook_deliveries_total', { result: 'dropped' }), 0);
+  assert.equal(m.get('reverbgo_webhook_outbox_size'), 0);
+  assert.equal(calls, 2);
 });
