@@ -37,6 +37,13 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)
 		return 1
 	}
+	// start refuses a TLS pair that does not load, so the check does too.
+	if tlsEnabled(cfg) {
+		if _, err := newCertReloader(cfg.Server.TLS.Cert, cfg.Server.TLS.Key); err != nil {
+			fmt.Fprintln(stderr, "reverbgo: config:", err)
+			return 1
+		}
+	}
 	out, err := maskedYAML(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)

@@ -82,6 +82,11 @@ func TestConfigCheck(t *testing.T) {
 	if !strings.Contains(errb.String(), "server.log.format") || out.Len() != 0 {
 		t.Errorf("bad file: stdout %q stderr %q", out.String(), errb.String())
 	}
+	errb.Reset()
+	noCert := writeTemp(t, "tls.yaml", "server: {tls: {cert: /nonexistent/c.pem, key: /nonexistent/k.pem}}\napps: [{app_id: a, key: k, secret: s}]\n")
+	if rc := run([]string{"config", "check", "--config", noCert}, io.Discard, &errb); rc != 1 || !strings.Contains(errb.String(), "server.tls") {
+		t.Errorf("missing TLS files: rc = %d, stderr %q", rc, errb.String())
+	}
 	if rc := run([]string{"config", "lint"}, io.Discard, io.Discard); rc != 2 {
 		t.Errorf("unknown config subcommand: rc = %d", rc)
 	}
