@@ -9,6 +9,7 @@ type Config struct {
 	Apps    []App   `mapstructure:"apps"`
 	Scaling Scaling `mapstructure:"scaling"`
 	Console Console `mapstructure:"console"`
+	Metrics Metrics `mapstructure:"metrics"`
 
 	// byID and byKey index Apps for AppByID and AppByKey. Validate builds them, so they point
 	// into Apps: the Config is read-only once Load (or Validate) has returned.
@@ -27,6 +28,24 @@ type Server struct {
 	TLS            TLS   `mapstructure:"tls"`
 	// ShutdownTimeoutSeconds bounds how long in-flight HTTP requests may take on SIGTERM (default 10).
 	ShutdownTimeoutSeconds int `mapstructure:"shutdown_timeout"`
+	Log                    Log `mapstructure:"log"`
+}
+
+// Log selects the log format and the minimum level; --log-level overrides Level.
+type Log struct {
+	Format string `mapstructure:"format"` // json | text (default json)
+	Level  string `mapstructure:"level"`  // debug | info | warn | error (default info)
+}
+
+// Metrics serves Prometheus text format. Off by default: a scrape endpoint on the public
+// listener is something an operator turns on, ideally with a token.
+type Metrics struct {
+	Enabled bool `mapstructure:"enabled"`
+	// Listen "" serves {server.path}/metrics on the main listener; "host:port" serves
+	// /metrics on a listener of its own (e.g. 127.0.0.1:9601, reachable only locally).
+	Listen string `mapstructure:"listen"`
+	// Token, when set, is required as "Authorization: Bearer <token>" (else 401).
+	Token string `mapstructure:"token"`
 }
 
 // TLS enables HTTPS/WSS when both files are set.

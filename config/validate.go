@@ -62,6 +62,7 @@ func (c *Config) Validate() error {
 	if c.Console.Enabled && strings.TrimSpace(c.Console.Token) == "" {
 		v.add("console.token", "is required when console.enabled is true")
 	}
+	c.validateOps(v)
 
 	if len(c.Apps) == 0 {
 		v.add("apps", "at least one app is required (in the config file or via REVERB_APP_ID, REVERB_APP_KEY and REVERB_APP_SECRET)")

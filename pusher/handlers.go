@@ -19,6 +19,7 @@ const (
 // handle dispatches one client frame. Bad input gets a pusher:error; the socket stays open.
 func (c *Conn) handle(raw []byte) {
 	c.observeIn()
+	c.app.stats.clientMessages.Add(1)
 	m, err := DecodeClientMessage(raw)
 	if err != nil {
 		c.sendError(codeInvalidMessage, "Invalid message format")
@@ -351,6 +352,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 		}
 		c.rateCount++
 		if c.rateCount > limit {
+			c.app.stats.rateLimited.Add(1)
 			c.sendError(codeClientEventsOff, "Client event rate limit exceeded")
 			return
 		}
@@ -358,6 +360,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 	data := clientEventData(m.Data)
 	payload := AppendEvent(make([]byte, 0, len(m.Event)+len(m.Channel)+len(data)+64), m.Event, m.Channel, data, sub.userID, true)
 	frame := TextFrame(payload)
+	c.app.stats.published.Add(1)
 	_ = c.srv.reg.Publish(context.Background(), channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
 	ev := map[string]any{"name": "client_event", "channel": m.Channel, "event": m.Event, "data": data, "socket_id": c.socketID}
 	if sub.userID != "" {

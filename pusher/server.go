@@ -27,6 +27,7 @@ type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
 	obs   appCounters // counted only while a console observes (observe.go)
+	stats appStats    // metrics.go
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -76,6 +77,7 @@ type Server struct {
 
 	flushers []*flusher
 	pollers  pollerSet
+	stats    serverStats // metrics.go
 
 	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
 	draining atomic.Bool
@@ -227,6 +229,7 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
 	s.observeOut(appID)
+	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})

@@ -218,6 +218,7 @@ func (ob *outbox) deliver(batch []json.RawMessage) {
 		d.log.Warn("webhook delivery failed, will retry",
 			"app_id", ob.appID, "url", ob.logURL, "events", n, "attempt", attempt,
 			"error", err, "retry_in", wait)
+		d.retried.Add(1)
 		if !sleep(d.ctx, wait) {
 			ob.drop(n, "webhook batch dropped at shutdown", attempt, err)
 			return

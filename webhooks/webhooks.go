@@ -96,6 +96,8 @@ type Stats struct {
 	Dropped uint64
 	// Pending is the number of events queued or in flight right now.
 	Pending int64
+	// Retried counts failed attempts after which the batch was tried again.
+	Retried uint64
 }
 
 // Dispatcher owns the outboxes. It is safe for concurrent use.
@@ -127,6 +129,7 @@ type Dispatcher struct {
 	sent, batches, failed, dropped atomic.Uint64
 	pending                        atomic.Int64
 	obs                            atomic.Pointer[observerBox] // the console's (observe.go)
+	retried                        atomic.Uint64
 }
 
 // route sends an app's events to one outbox; types nil means every event name.
@@ -343,6 +346,7 @@ func (d *Dispatcher) Stats() Stats {
 		Failed:  d.failed.Load(),
 		Dropped: d.dropped.Load(),
 		Pending: d.pending.Load(),
+		Retried: d.retried.Load(),
 	}
 }
 
