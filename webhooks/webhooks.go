@@ -633,7 +633,11 @@ func (d *Dispatcher) noteOverflow(msg, appID, logURL string, n int) {
 	}
 }
 
-// Stats returns the counters. It does no I/O, so a metrics scrape may call it freely.
+// Stats returns the counters, for the Prometheus collector: webhook deliveries by result
+// are delivered = Sent, failed = Failed, retried = Retried, dropped = Dropped (all event
+// counts except Failed and Retried, which count POST attempts), and the outbox size is
+// Pending. It does no I/O (a shared store's size is the one the last poll read), so a
+// metrics scrape may call it as often as it likes.
 func (d *Dispatcher) Stats() Stats {
 	st := Stats{
 		Sent:    d.sent.Load(),
