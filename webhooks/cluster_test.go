@@ -184,3 +184,28 @@ func TestClusterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreOutage: while Redis is unreachable, emitted events wait in order in memory and
+// reach the outbox once it is back.
+func TestStoreOutage(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rcv := newReceiver(t, nil)
+	d := clusterNode(t, NewRedisStore(rdb, "t:", "n1"), app("1", "k", "s", hook(rcv.srv.URL)))
+	mr.Close()
+	for _, n := range []string{"a", "b", "c"} {
+		d.Emit("1", ev("client_event", n))
+	}
+	time.Sleep(300 * time.Millisecond) // several failed attempts
+	if s := d.Stats(); s.Dropped != 0 || s.Pending != 3 {
+		t.Fatalf("during the outage: %+v", s)
+	}
+	if err := mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "delivered after the outage", func() bool { return len(rcv.eventNames()) == 3 })
+	if got := rcv.eventNames(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("delivered %v", got)
+	}
+}

@@ -209,7 +209,7 @@ type Dispatcher struct {
 
 	sent, batches, failed, retried, dropped atomic.Uint64
 	sharedSize                              atomic.Int64 // shared store: total as of the last poll
-	overflowLogged                          atomic.Int64 // unix nanos of the last overflow log
+	overflowLogged, storeErrLogged          atomic.Int64 // unix nanos of the last such log
 }
 
 // New returns a Dispatcher with no apps; call SetApps before events are expected.
@@ -549,7 +549,7 @@ func (d *Dispatcher) Emit(appID string, ev Event) {
 		}
 	}
 	if !d.shared {
-		d.exec(o)
+		_ = d.exec(o) // the memory store cannot fail
 		return
 	}
 	select {
@@ -569,9 +569,10 @@ func (d *Dispatcher) outFor(obs []*outbox, raw []byte) Out {
 	return Out{Keys: keys, Raw: raw, Limit: d.outboxLimit}
 }
 
-// exec runs one op against the store and wakes the outboxes it queued on.
-func (d *Dispatcher) exec(o op) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+// exec runs one op against the store and wakes the outboxes it queued on. An error leaves
+// the op undone (the caller may retry it).
+func (d *Dispatcher) exec(o op) error {
+	ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
 	defer cancel()
 	s := d.store
 	var err error
@@ -594,9 +595,7 @@ func (d *Dispatcher) exec(o op) {
 		err = s.Count(ctx, o.app, o.channel, o.due)
 	}
 	if err != nil {
-		d.dropped.Add(uint64(max(len(o.obs), 1)))
-		d.log.Error("webhook event lost: the store refused it", "app_id", o.app, "event", o.name, "error", err)
-		return
+		return err
 	}
 	if dropped > 0 {
 		d.dropped.Add(uint64(dropped))
@@ -607,14 +606,58 @@ func (d *Dispatcher) exec(o op) {
 			ob.poke(1)
 		}
 	}
+	return nil
 }
 
-// runOps hands queued work to a shared store, in order.
+// storeRetryFor is how long an op is retried while a shared store is unreachable; the ops
+// queue keeps later events (in order) meanwhile, up to OpsLimit.
+const storeRetryFor = 30 * time.Second
+
+// runOps hands queued work to a shared store, in order, retrying each op through a short
+// outage.
 func (d *Dispatcher) runOps() {
 	defer close(d.opsDone)
 	for o := range d.ops {
-		d.exec(o)
+		began := time.Now()
+		for {
+			err := d.exec(o)
+			if err == nil {
+				break
+			}
+			if time.Since(began) >= storeRetryFor || d.ctx.Err() != nil {
+				d.dropped.Add(uint64(max(len(o.obs), 1)))
+				d.log.Error("webhook event lost: the store could not take it", "app_id", o.app, "event", o.name, "error", err)
+				break
+			}
+			d.noteStoreError(err)
+			if !sleepCtx(d.ctx, 250*time.Millisecond) {
+				continue // the next attempt sees ctx ended and drops
+			}
+		}
 		d.opsCount.Add(-int64(len(o.obs)))
+	}
+}
+
+// noteStoreError logs an unreachable store at most every overflowLogEvery.
+func (d *Dispatcher) noteStoreError(err error) {
+	now := time.Now().UnixNano()
+	last := d.storeErrLogged.Load()
+	if last != 0 && now-last < int64(overflowLogEvery) {
+		return
+	}
+	if d.storeErrLogged.CompareAndSwap(last, now) {
+		d.log.Warn("webhook store unreachable; events wait in memory, in order", "error", err, "waiting", len(d.ops))
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -696,15 +739,25 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 	select {
 	case <-done:
 		d.cancel()
+		d.waitOps()
 		return nil
 	case <-ctx.Done():
 	}
 	d.cancel()
 	<-done
+	d.waitOps()
 	if n := d.dropped.Load() - before; n > 0 {
 		return fmt.Errorf("webhooks: close: %d event deliveries dropped: %w", n, ctx.Err())
 	}
 	return nil
+}
+
+// waitOps waits for a shared store's op goroutine, which ends once its queue is drained
+// (or, after cancel, dropped).
+func (d *Dispatcher) waitOps() {
+	if d.shared {
+		<-d.opsDone
+	}
 }
 
 // outboxKey names an app+URL's outbox in a store: a hash, so the URL (which may carry
