@@ -121,6 +121,9 @@ type Toolmark struct {
 type Webhook struct {
 	URL        string   `mapstructure:"url"`
 	EventTypes []string `mapstructure:"event_types"`
+	// Headers are sent with every POST to URL, e.g. {Authorization: "Bearer ..."} for a
+	// receiver behind a gateway. They cannot replace the headers the signature relies on.
+	Headers map[string]string `mapstructure:"headers"`
 }
 
 // IsEnabled reports the effective enabled flag.

@@ -180,6 +180,7 @@ func (a *App) validate(v *validator, p string) {
 				v.add(fmt.Sprintf("%s.event_types[%d]", wp, k), "unknown event type %q (known: %s)", et, strings.Join(WebhookEventTypes, ", "))
 			}
 		}
+		checkWebhookHeaders(v, wp+".headers", w.Headers)
 	}
 }
 

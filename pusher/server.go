@@ -243,7 +243,9 @@ func (s *Server) MemberGone(appID, channel, userID string) {
 	if err := s.publish(context.Background(), appID, channel, "pusher_internal:member_removed", removed, ""); err != nil {
 		s.log.Warn("member_removed not published to other nodes", "app", appID, "channel", channel, "error", err)
 	}
-	s.emit(appID, map[string]any{"name": "member_removed", "channel": channel, "user_id": userID})
+	if s.wants(appID, "member_removed") {
+		s.emit(appID, map[string]any{"name": "member_removed", "channel": channel, "user_id": userID})
+	}
 }
 
 // Shutdown tells every client to reconnect (4200) and waits until their sockets are closed
