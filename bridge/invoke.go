@@ -130,3 +130,22 @@ func (b *Bridge) invoke(ctx context.Context, app *config.App, req *callRequest, 
 	b.auditCall(au)
 	return Outcome{ID: au.id, Result: result, Hints: hints, Status: au.status}, nil
 }
+
+// PageManifest returns the conversation's current manifest when a page can receive calls (some
+// socket is subscribed to its channel, where Sockets can tell), else nil: the "No page is
+// connected" condition of the calls API.
+func (b *Bridge) PageManifest(ctx context.Context, key ConvKey) (*Manifest, error) {
+	m, err := b.store.GetManifest(ctx, key)
+	if err != nil || m == nil || !b.pageSubscribed(key.App, key) {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ValidLLMName reports whether s is a valid llmName (^[a-zA-Z0-9_-]{1,64}$), the names LLM
+// tool APIs accept.
+func ValidLLMName(s string) bool { return validLLMName(s) }
+
+// AppTimeouts returns the app's default and maximum call timeout (call_timeout_ms and
+// max_timeout_ms with their defaults).
+func AppTimeouts(app *config.App) (def, max time.Duration) { return appTimeouts(app) }
