@@ -30,6 +30,7 @@ import (
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/mcp"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
 )
@@ -118,6 +119,8 @@ type appDirectory struct{ cfg *config.Config }
 
 func (a appDirectory) AppByID(id string) *config.App { return a.cfg.AppByID(id) }
 
+func (a appDirectory) AppByKey(key string) *config.App { return a.cfg.AppByKey(key) }
+
 func (a appDirectory) AllApps() []*config.App {
 	out := make([]*config.App, len(a.cfg.Apps))
 	for i := range a.cfg.Apps {
@@ -132,8 +135,10 @@ type node struct {
 	e     *echo.Echo
 	srv   *pusher.Server
 	br    *bridge.Bridge
+	mcp   *mcp.Server
 	cl    *cluster // nil on a single node
 	hooks *webhooks.Dispatcher
+	mem   *bridge.MemoryStore // the single node's bridge store; nil with scaling
 	log   *slog.Logger
 }
 
@@ -142,7 +147,9 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	hooks.SetApps(cfg.Apps)
 
 	opts := pusher.Options{Config: cfg, Logger: logger, Webhooks: emitter{hooks}}
-	var store bridge.Store // nil = the bridge's own memory store
+	var store bridge.Store
+	var feed bridge.ManifestFeed
+	var memStore *bridge.MemoryStore // closed on release when single node
 	var cl *cluster
 	if cfg.Scaling.Enabled {
 		var err error
@@ -153,12 +160,17 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
 		opts.Health = cl.health
 		opts.Cluster = cl.occ
-		store = cl.store
+		store, feed = cl.store, cl.feed
 		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "node", cl.node)
 	} else {
 		opts.Registry = channels.NewRegistry(channels.Options{})
+		mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
+		store, feed, memStore = mem, bridge.NewLocalFeed(), mem
 		logger.Info("scaling: single node (in memory)")
 	}
+	// Stored manifests and raised revs are announced (cluster-wide with Redis) for MCP's
+	// notifications/tools/list_changed.
+	store = bridge.WithManifestFeed(store, feed)
 	srv := pusher.NewServer(opts)
 	if cl != nil {
 		cl.start(opts.Registry, srv.MemberGone)
@@ -187,8 +199,11 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	e.Use(middleware.Recover())
 	prefix := cfg.Server.Path
 	srv.Routes(e, prefix)
-	br.Register(e.Group(prefix), prefix)
-	return &node{e: e, srv: srv, br: br, cl: cl, hooks: hooks, log: logger}, nil
+	g := e.Group(prefix)
+	br.Register(g, prefix)
+	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger})
+	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
+	return &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, log: logger}, nil
 }
 
 // shutdown closes in dependency order once HTTP has stopped taking requests: every client
@@ -198,6 +213,7 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.srv.Shutdown(ctx) }() // every client gets 4200
+	n.mcp.Close()                                            // MCP sessions end their GET streams
 	if beforeClose != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); beforeClose(ctx) }()
@@ -211,6 +227,9 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 func (n *node) release(ctx context.Context) {
 	if n.cl != nil {
 		n.cl.close(n.log)
+	}
+	if n.mem != nil {
+		_ = n.mem.Close()
 	}
 	_ = n.hooks.Close(ctx)
 }

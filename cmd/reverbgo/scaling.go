@@ -24,6 +24,7 @@ type cluster struct {
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
 	store    *bridge.RedisStore
+	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
 	// gone is set to the pusher server's MemberGone before presence.Start.
 	gone func(app, channel, user string)
 }
@@ -74,6 +75,14 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: bridge store: %w", err)
 	}
+	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, prefix+"toolmark:", logger); err != nil {
+		_ = c.store.Close()
+		c.occ.Close()
+		_ = c.presence.Close()
+		_ = c.broker.Close()
+		_ = c.rdb.Close()
+		return nil, fmt.Errorf("scaling: toolmark manifest feed: %w", err)
+	}
 	return c, nil
 }
 
@@ -102,6 +111,7 @@ func (c *cluster) close(logger *slog.Logger) {
 	if err := c.presence.Close(); err != nil {
 		logger.Warn("presence cleanup on shutdown failed; survivors will reap this node", "error", err, "node", c.node)
 	}
+	_ = c.feed.Close()
 	_ = c.store.Close()
 	_ = c.broker.Close()
 	_ = c.rdb.Close()
