@@ -186,6 +186,35 @@ func TestTimeoutAndCancel(t *testing.T) {
 	}
 }
 
+// TestConfirmation: needs_confirmation is returned as is (isError), and the confirmed outcome
+// goes to the app's toolmark_confirmed webhook with tool_use_id mcp:{session}:{request id}.
+func TestConfirmation(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	h.openPage("c1", "p1", 1, testTools)
+	h.page.setAnswer(func(m pageMsg) json.RawMessage {
+		if m.Type == bridge.TypeCall {
+			return json.RawMessage(`{"status":"needs_confirmation","confirmId":"cf1","summary":"Create it?"}`)
+		}
+		return nil
+	})
+	cs := h.client(token("secret1", nil), nil)
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "notes__create", Arguments: map[string]any{}})
+	if err != nil || !res.IsError || string(mustJSON(res.StructuredContent)) != `{"confirmId":"cf1","status":"needs_confirmation","summary":"Create it?"}` {
+		t.Fatalf("needs_confirmation: %v %s", err, mustJSON(res))
+	}
+	if code := h.page.post("c1", map[string]any{"protocol": 1, "type": "confirmed", "clientId": "p1", "confirmId": "cf1",
+		"result": map[string]any{"status": "ok"}}); code != http.StatusNoContent {
+		t.Fatalf("confirmed: %d", code)
+	}
+	waitFor(t, "toolmark_confirmed", func() bool { return len(h.hooks.all()) == 1 })
+	ev := h.hooks.all()[0]
+	id, _ := ev["tool_use_id"].(string)
+	prefix := "mcp:" + cs.ID() + ":"
+	if !strings.HasPrefix(id, prefix) || strings.Trim(id[len(prefix):], "0123456789") != "" || len(id) == len(prefix) {
+		t.Fatalf("tool_use_id %q, want %s{request id}", id, prefix)
+	}
+}
+
 // TestSessionOwner: a session id used with a token for another user or conversation is 403;
 // the owner's DELETE ends it (404 afterwards).
 func TestSessionOwner(t *testing.T) {

@@ -146,8 +146,27 @@ func (p *fakePage) setAnswer(f func(m pageMsg) json.RawMessage) {
 	p.answer = f
 }
 
+// fakeEmitter records webhook events (toolmark_confirmed).
+type fakeEmitter struct {
+	mu     sync.Mutex
+	events []map[string]any
+}
+
+func (f *fakeEmitter) Emit(_ string, e map[string]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, e)
+}
+
+func (f *fakeEmitter) all() []map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]map[string]any(nil), f.events...)
+}
+
 type harness struct {
 	t       testing.TB
+	hooks   *fakeEmitter
 	srv     *httptest.Server
 	br      *bridge.Bridge
 	mcp     *Server
@@ -185,13 +204,13 @@ func testApps() fakeApps {
 }
 
 func newHarness(t testing.TB, limits bridge.Limits) *harness {
-	h := &harness{t: t, sockets: &fakeSockets{open: map[string]string{}}, apps: testApps(), logs: &syncBuffer{}}
+	h := &harness{t: t, hooks: &fakeEmitter{}, sockets: &fakeSockets{open: map[string]string{}}, apps: testApps(), logs: &syncBuffer{}}
 	h.page = &fakePage{t: t}
 	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
 	feed := bridge.NewLocalFeed()
 	mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
 	h.br = bridge.New(bridge.Options{Store: bridge.WithManifestFeed(mem, feed), Publisher: h.page, Sockets: h.sockets,
-		Apps: h.apps, Logger: logger, Limits: limits})
+		Webhooks: h.hooks, Apps: h.apps, Logger: logger, Limits: limits})
 	h.mcp = New(Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger})
 	e := echo.New()
 	g := e.Group("")
