@@ -149,3 +149,11 @@ func ValidLLMName(s string) bool { return validLLMName(s) }
 // AppTimeouts returns the app's default and maximum call timeout (call_timeout_ms and
 // max_timeout_ms with their defaults).
 func AppTimeouts(app *config.App) (def, max time.Duration) { return appTimeouts(app) }
+
+// AuditRefusal writes the audit line and metrics of a call a surface refused before it reached
+// the pipeline (an MCP tools/call of a name the session never listed, or with no page
+// connected), so every surface's calls are counted alike.
+func (b *Bridge) AuditRefusal(key ConvKey, tool, kind, surface, status, reason string) {
+	b.auditCall(&callAudit{key: key, tool: tool, kind: kind, surface: surface, status: status,
+		reason: reason, start: b.now()})
+}

@@ -49,11 +49,20 @@ func TestManifestFeedStore(t *testing.T) {
 	s := bridge.WithManifestFeed(bridge.NewMemoryStore(bridge.MemoryOptions{}), feed)
 	k := bridge.ConvKey{App: "a", User: "u", Conversation: "c"}
 	steps := []func() error{
-		func() error { _, err := s.PutManifest(ctx, k, bridge.Manifest{ClientID: "p1", Rev: 2}, time.Minute); return err },
-		func() error { _, err := s.PutManifest(ctx, k, bridge.Manifest{ClientID: "p1", Rev: 1}, time.Minute); return err },
+		func() error {
+			_, err := s.PutManifest(ctx, k, bridge.Manifest{ClientID: "p1", Rev: 2}, time.Minute)
+			return err
+		},
+		func() error {
+			_, err := s.PutManifest(ctx, k, bridge.Manifest{ClientID: "p1", Rev: 1}, time.Minute)
+			return err
+		},
 		func() error { _, err := s.ChangeRev(ctx, k, "p2", 5, time.Minute); return err },
 		func() error { _, err := s.ChangeRev(ctx, k, "p1", 3, time.Minute); return err },
-		func() error { _, err := s.PutManifest(ctx, k, bridge.Manifest{ClientID: "p2", Rev: 0}, time.Minute); return err },
+		func() error {
+			_, err := s.PutManifest(ctx, k, bridge.Manifest{ClientID: "p2", Rev: 0}, time.Minute)
+			return err
+		},
 	}
 	for i, step := range steps {
 		if err := step(); err != nil {

@@ -162,9 +162,9 @@ func TestToolsCallID(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}`:    "7",
 		`{"jsonrpc":"2.0","id":"ab","method":"tools/call","params":{}}`: "ab",
-		`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`:               "",
-		`[{"jsonrpc":"2.0","id":7,"method":"tools/call"}]`:             "",
-		`{"jsonrpc":"2.0","method":"tools/call"}`:                      "",
+		`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`:                "",
+		`[{"jsonrpc":"2.0","id":7,"method":"tools/call"}]`:              "",
+		`{"jsonrpc":"2.0","method":"tools/call"}`:                       "",
 	} {
 		if got, _ := toolsCallID([]byte(body)); got != want {
 			t.Errorf("%s: %q, want %q", body, got, want)
