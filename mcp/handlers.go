@@ -27,7 +27,7 @@ func (s *Server) listTools(ctx context.Context, g *grant, se *session) (*sdk.Lis
 		s.mu.Lock()
 		se.listed = &listing{byName: map[string]*listedTool{}}
 		s.mu.Unlock()
-		return &sdk.ListToolsResult{Tools: []*sdk.Tool{}}, nil
+		return &sdk.ListToolsResult{Cacheable: privateList, Tools: []*sdk.Tool{}}, nil
 	}
 	schemas := s.cache.get(g.key, m.ClientID, m.Rev)
 	fresh := s.describeAll(ctx, g, m, schemas)
@@ -46,8 +46,12 @@ func (s *Server) listTools(ctx context.Context, g *grant, se *session) (*sdk.Lis
 	if tools == nil {
 		tools = []*sdk.Tool{}
 	}
-	return &sdk.ListToolsResult{Tools: tools}, nil
+	return &sdk.ListToolsResult{Cacheable: privateList, Tools: tools}, nil
 }
+
+// privateList: a tool list is one user's page, never to be shared by an intermediary cache;
+// TTL 0 because the page may change it at any time (list_changed says when).
+var privateList = sdk.Cacheable{TTLMs: 0, CacheScope: "private"}
 
 // describeAll describes, concurrently, every mappable tool of m without a cached schema and
 // returns the schemas of the describes that succeeded (failed ones are not cached and map to
