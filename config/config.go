@@ -115,6 +115,14 @@ type Toolmark struct {
 	Enabled       bool `mapstructure:"enabled"`
 	CallTimeoutMS int  `mapstructure:"call_timeout_ms"` // default 30000
 	MaxTimeoutMS  int  `mapstructure:"max_timeout_ms"`  // default 600000
+	// MCP serves the app's page tools at {server.path}/toolmark/mcp (needs Enabled too).
+	MCP ToolmarkMCP `mapstructure:"mcp"`
+}
+
+// ToolmarkMCP configures the MCP endpoint for one app: MCP clients authenticate with an HS256
+// JWT signed with the app's secret (iss = the app's key).
+type ToolmarkMCP struct {
+	Enabled bool `mapstructure:"enabled"` // default false: the endpoint answers 403 for this app
 }
 
 // Webhook is one receiver. Empty EventTypes means every event.
