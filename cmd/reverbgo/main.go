@@ -173,6 +173,12 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		Metrics:   metrics,
 	})
 	for i := range cfg.Apps {
+		if a := &cfg.Apps[i]; a.Toolmark.Enabled && a.Toolmark.PageAuth == config.PageAuthSocketID {
+			logger.Warn("toolmark.page_auth is socket_id: a leaked socket id can speak for the page; use token",
+				"app", a.ID)
+		}
+	}
+	for i := range cfg.Apps {
 		appID := cfg.Apps[i].ID
 		metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "reverbgo_connections",
