@@ -40,11 +40,11 @@ type RedisOccupancy struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	counts  map[string]int64           // app NUL channel -> local subscribers
-	pending map[string]int64           // not yet written deltas
+	counts  map[string]int64             // app NUL channel -> local subscribers
+	pending map[string]int64             // not yet written deltas
 	indexed map[string]map[string]string // socket -> indexed channel -> credential hash
-	apps    map[string]string          // socket -> app, for indexed sockets
-	creds   map[string]string          // socket NUL channel -> credential for the next Subscribed
+	apps    map[string]string            // socket -> app, for indexed sockets
+	creds   map[string]string            // socket NUL channel -> credential for the next Subscribed
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
