@@ -97,11 +97,12 @@ func (b *Bridge) pageGate(c echo.Context, socketID string, key *ConvKey) pageOut
 		return reject(http.StatusForbidden, "Socket is not subscribed to this conversation")
 	}
 	key.User = user
+	if !app.Toolmark.Enabled {
+		// Before the token: a disabled app's subscriptions get none.
+		return reject(http.StatusForbidden, "Toolmark is disabled for this app")
+	}
 	if !pageTokenOK(app, c.Request().Header.Get(PageTokenHeader), tokenHash) {
 		return reject(http.StatusUnauthorized, "Missing or wrong "+PageTokenHeader)
-	}
-	if !app.Toolmark.Enabled {
-		return reject(http.StatusForbidden, "Toolmark is disabled for this app")
 	}
 	return pageOutcome{}
 }
