@@ -40,6 +40,7 @@ type Registry struct {
 	cache    *cacheStore
 	// remoteCache, when set, is the cluster's cache (see LastEvent in cache.go).
 	remoteCache CacheReader
+	sent        deliveryStats // broadcast fan-out counters (stats.go)
 }
 
 // Options wires the seams; nil Broker or Presence selects the in-memory one. Occupancy,
@@ -198,6 +199,7 @@ func (r *Registry) DeliverLocal(m Message) int {
 		n++
 	}
 	ch.mu.RUnlock()
+	r.sent.add(n, len(m.Frame))
 	return n
 }
 

@@ -19,6 +19,8 @@ const (
 	DefaultMaxTimeoutMS         = 600000
 	DefaultScalingChannel       = "reverb"
 	DefaultNodeTimeout          = 10
+	DefaultLogFormat            = "json"
+	DefaultLogLevel             = "info"
 )
 
 // ApplyDefaults fills every field left at its zero value with its default and normalises
@@ -40,6 +42,12 @@ func (c *Config) ApplyDefaults() {
 	}
 	if s.ShutdownTimeoutSeconds == 0 {
 		s.ShutdownTimeoutSeconds = DefaultShutdownTimeout
+	}
+	if s.Log.Format == "" {
+		s.Log.Format = DefaultLogFormat
+	}
+	if s.Log.Level == "" {
+		s.Log.Level = DefaultLogLevel
 	}
 	if c.Scaling.Channel == "" {
 		c.Scaling.Channel = DefaultScalingChannel
@@ -64,6 +72,9 @@ func (a *App) applyDefaults() {
 	setInt(&a.MaxBatchSize, DefaultMaxBatchSize)
 	setInt(&a.Toolmark.CallTimeoutMS, DefaultCallTimeoutMS)
 	setInt(&a.Toolmark.MaxTimeoutMS, DefaultMaxTimeoutMS)
+	if a.Toolmark.PageAuth == "" {
+		a.Toolmark.PageAuth = PageAuthToken
+	}
 	if a.AcceptClientEventsFrom == "" {
 		a.AcceptClientEventsFrom = ClientEventsMembers
 	}

@@ -206,10 +206,13 @@ func (s *Server) handleEvents(c echo.Context) error {
 	ctx := c.Request().Context()
 	ms := make([]channels.Message, len(chans))
 	for i, ch := range chans {
-		ms[i] = eventMessage(app.cfg.ID, ch, ev.Name, data, ev.SocketID)
+		ms[i] = s.eventMessage(app.cfg.ID, ch, ev.Name, data, ev.SocketID)
 	}
 	if err := s.publishAll(ctx, ms); err != nil {
 		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+	}
+	for _, ch := range chans {
+		s.observeTrigger(app.cfg.ID, ObservedAPI, ch, ev.Name, data, ev.SocketID)
 	}
 	if ev.Info == "" {
 		return c.JSON(http.StatusOK, struct{}{})
@@ -257,10 +260,14 @@ func (s *Server) handleBatch(c echo.Context) error {
 	for i, p := range ready {
 		ev := &req.Batch[i]
 		withInfo = withInfo || ev.Info != ""
-		ms[i] = eventMessage(app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID)
+		ms[i] = s.eventMessage(app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID)
 	}
 	if err := s.publishAll(ctx, ms); err != nil {
 		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+	}
+	for i, p := range ready {
+		ev := &req.Batch[i]
+		s.observeTrigger(app.cfg.ID, ObservedAPI, p.chans[0], ev.Name, p.data, ev.SocketID)
 	}
 	if !withInfo {
 		return c.JSON(http.StatusOK, map[string]any{"batch": struct{}{}})

@@ -25,6 +25,7 @@ const closeGrace = 2 * time.Second
 // subscription is a channel this socket is in; userID is set for presence channels.
 type subscription struct {
 	userID string
+	token  string // Toolmark page token (session.go), "" for other channels
 }
 
 // Conn is one client socket. Its reader goroutine owns the protocol state; other goroutines
@@ -95,6 +96,7 @@ func (c *Conn) Send(frame []byte) {
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)
+	c.observeSend()
 }
 
 // kick says who must write next after frames were queued.

@@ -22,12 +22,14 @@ type cluster struct {
 	rdb      redis.UniversalClient
 	addr     string // the topology, for logs (no password)
 	node     string
+	prefix   string // of every key this cluster keeps in Redis
 	broker   *channels.RedisBroker
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
 	store    *bridge.RedisStore
 	cache    *channels.RedisCache
 	apps     []string
+	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
 	// gone is set to the pusher server's MemberGone before presence.Start.
 	gone func(app, channel, user string)
 }
@@ -91,6 +93,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		channel = channels.DefaultScalingChannel
 	}
 	prefix := KeyPrefix(channel)
+	c.prefix = prefix
 	c.cache = channels.NewRedisCache(c.rdb, prefix)
 	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{Channel: channel, NodeID: c.node, Logger: logger, Cache: c.cache}); err != nil {
 		_ = c.broker.Close()
@@ -114,6 +117,14 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: bridge store: %w", err)
+	}
+	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, prefix+"toolmark:", logger); err != nil {
+		_ = c.store.Close()
+		c.occ.Close()
+		_ = c.presence.Close()
+		_ = c.broker.Close()
+		_ = c.rdb.Close()
+		return nil, fmt.Errorf("scaling: toolmark manifest feed: %w", err)
 	}
 	return c, nil
 }
@@ -143,14 +154,16 @@ func (c *cluster) health(ctx context.Context) map[string]string {
 }
 
 // close runs after the pusher server and the bridge have shut down: occupancy's last batch,
-// presence (it
-// reaps this node's leftovers and announces them through the still-open broker), then the
+// presence (it reaps this node's leftovers and announces them through the still-open
+// broker), then beforeRedis (the webhooks hand what they hold to Redis), then the
 // subscriptions, then the client.
-func (c *cluster) close(logger *slog.Logger) {
+func (c *cluster) close(logger *slog.Logger, beforeRedis func()) {
 	c.occ.Close()
 	if err := c.presence.Close(); err != nil {
 		logger.Warn("presence cleanup on shutdown failed; survivors will reap this node", "error", err, "node", c.node)
 	}
+	beforeRedis()
+	_ = c.feed.Close()
 	_ = c.store.Close()
 	_ = c.broker.Close()
 	_ = c.rdb.Close()
