@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -14,8 +13,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/apisign"
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/config"
 )
 
 // Pusher HTTP API limits.
@@ -25,13 +25,6 @@ const (
 )
 
 var socketIDPattern = regexp.MustCompile(`^\d+\.\d+$`)
-
-type ctxKey string
-
-const (
-	ctxApp  ctxKey = "app"
-	ctxBody ctxKey = "body"
-)
 
 // Routes mounts the WebSocket endpoint, the Pusher HTTP API and /up under prefix.
 func (s *Server) Routes(e *echo.Echo, prefix string) {
@@ -77,37 +70,30 @@ func apiError(c echo.Context, status int, message string) error {
 	return c.JSON(status, map[string]string{"error": message})
 }
 
-// signedRequest resolves the app, bounds the body by server.max_request_size and verifies
-// the Pusher signature over the path without the configured prefix.
+// signedRequest is the shared signing middleware (apisign) for the Pusher HTTP API: the
+// body is bounded by server.max_request_size and the path is verified without prefix.
 func (s *Server) signedRequest(prefix string) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			app := s.appsByID[c.Param("app_id")]
-			if app == nil {
-				return apiError(c, http.StatusNotFound, "Unknown app")
-			}
-			limit := s.cfg.Server.MaxRequestSize
-			body, err := io.ReadAll(io.LimitReader(c.Request().Body, limit+1))
-			if err != nil {
-				return apiError(c, http.StatusBadRequest, "Could not read the request body")
-			}
-			if int64(len(body)) > limit {
-				return apiError(c, http.StatusRequestEntityTooLarge, "Request body is too large")
-			}
-			r := c.Request()
-			path := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
-			if err := auth.VerifyRequest(r.Method, path, r.URL.Query(), body, app.cfg.Key, app.cfg.Secret, s.now()); err != nil {
-				return apiError(c, http.StatusUnauthorized, err.Error())
-			}
-			c.Set(string(ctxApp), app)
-			c.Set(string(ctxBody), body)
-			return next(c)
-		}
+	limit := s.cfg.Server.MaxRequestSize
+	if limit <= 0 { // a Config built by hand rather than loaded: the documented default
+		limit = config.DefaultMaxRequestSize
 	}
+	return apisign.Middleware(apisign.Config{
+		Prefix: prefix,
+		Param:  "app_id",
+		Lookup: func(id string) (any, apisign.Credentials, bool) {
+			app := s.appsByID[id]
+			if app == nil {
+				return nil, apisign.Credentials{}, false
+			}
+			return app, apisign.Credentials{Key: app.cfg.Key, Secret: app.cfg.Secret}, true
+		},
+		MaxBody: limit,
+		Now:     s.now,
+	})
 }
 
-func appOf(c echo.Context) *appState { return c.Get(string(ctxApp)).(*appState) }
-func bodyOf(c echo.Context) []byte   { return c.Get(string(ctxBody)).([]byte) }
+func appOf(c echo.Context) *appState { return apisign.App(c).(*appState) }
+func bodyOf(c echo.Context) []byte   { return apisign.Body(c) }
 
 // triggerEvent is one event of POST /events or of a batch.
 type triggerEvent struct {
