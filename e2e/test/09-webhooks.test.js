@@ -9,6 +9,9 @@ const { Wire } = require('../lib/wire');
 const { sdk } = require('../lib/clients');
 const { cleanup, uid, eventually, quiet } = require('../lib/util');
 
+/** How long "no more retries" is watched: longer than the default backoffs (1 s, then 2 s). */
+const NO_RETRY_MS = 2500;
+
 /** A webhook receiver: records every POST per path; /flaky answers 500 to its first POST. */
 async function startReceiver() {
   const posts = [];
@@ -147,7 +150,9 @@ describe('webhooks', () => {
     assert.equal(second.rawBody, first.rawBody, 'the retry carries the same body');
     assert.equal(second.headers['x-pusher-signature'], first.headers['x-pusher-signature']);
     assert.deepEqual(first.body.events, [{ name: 'cache_miss', channel: name }]);
-    await quiet();
+    // A wrong retry after the 2xx would first wait a backoff: the first is 1 s by default,
+    // the one after it up to 2 s (doubling, jitter in [d/2, d]). Watch for longer than both.
+    await quiet(NO_RETRY_MS);
     assert.equal(receiver.posts.filter((p) => p.path === '/flaky').length, 2, 'no more retries after a 2xx');
   });
 });
