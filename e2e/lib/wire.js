@@ -5,6 +5,7 @@
 const WebSocket = require('ws');
 const PusherServer = require('pusher');
 const { WAIT_MS, QUIET_MS, deadline } = require('./util');
+const { pick } = require('./server');
 
 const DEFAULT_QUERY = 'protocol=7&client=js&version=8.6.0&flash=false';
 
@@ -87,7 +88,7 @@ class Wire {
     const app = opts.app || server.app;
     const key = opts.key ?? app.key;
     const query = opts.query ?? DEFAULT_QUERY;
-    const url = opts.url || `${server.wsUrl}/app/${encodeURIComponent(key)}${query ? `?${query}` : ''}`;
+    const url = opts.url || `${pick(server).wsUrl}/app/${encodeURIComponent(key)}${query ? `?${query}` : ''}`;
     const wsOpts = { handshakeTimeout: WAIT_MS, headers: opts.headers || {}, autoPong: opts.autoPong ?? true };
     if (server.tls) wsOpts.rejectUnauthorized = false; // the TLS tests use a throwaway self-signed cert
     if (opts.origin) wsOpts.origin = opts.origin;
