@@ -240,13 +240,16 @@ func (c *Conn) onFrame(op byte, payload []byte) bool {
 	return true
 }
 
-// protocolError answers a violation found by the frame parser, as gorilla does for
-// readLoop: a close frame with the code (1009 for an oversized message), then the socket
-// is dropped.
+// protocolError answers a violation found by the frame parser: a close frame with the
+// code (1002, 1007 for text that is not UTF-8, 1009 for an oversized message), then the
+// socket is dropped once the peer answers or closeGrace passes.
 func (c *Conn) protocolError(code int) {
 	reason := CloseProtocolError
-	if code == closeTooBig {
+	switch code {
+	case closeTooBig:
 		reason = CloseMessageTooBig
+	case closeInvalidPayload:
+		reason = CloseInvalidPayload
 	}
 	c.closeWith(reason)
 }
