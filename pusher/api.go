@@ -235,7 +235,7 @@ func (s *Server) handleBatch(c echo.Context) error {
 		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
 	}
 	for i, p := range ready {
-		ev := &req.Batch[i]
+		ev := req.Batch[i]
 		s.observeTrigger(app.cfg.ID, ObservedAPI, p.chans[0], ev.Name, p.data, ev.SocketID)
 	}
 	if !withInfo {
