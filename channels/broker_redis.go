@@ -179,8 +179,11 @@ func (b *RedisBroker) Start(deliver func(Message) int) {
 	})
 }
 
-// Healthy reports whether the subscription is live and the last publish batch got through.
-func (b *RedisBroker) Healthy() bool { return !b.down.Load() && !b.pubDown.Load() }
+// Healthy reports whether the subscription is live and no publish is stuck waiting for
+// Redis (the last batch failed and something is still queued).
+func (b *RedisBroker) Healthy() bool {
+	return !b.down.Load() && !(b.pubDown.Load() && b.backlog.Load() > 0)
+}
 
 // Dropped is how many envelopes were dropped after waiting MaxAge for Redis.
 func (b *RedisBroker) Dropped() int64 { return b.dropped.Load() }
