@@ -51,8 +51,21 @@ func backends(t *testing.T) []backend {
 	} else {
 		t.Log("REVERBGO_TEST_REDIS_URL not set: real-Redis cases skipped")
 	}
+	if addrs := testenv.RedisClusterAddrs(t); addrs != nil {
+		out = append(out, backend{"cluster", func(t *testing.T) redis.UniversalClient {
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+			t.Cleanup(func() { _ = rdb.Close() })
+			return rdb
+		}})
+	} else {
+		t.Log("REVERBGO_TEST_REDIS_CLUSTER not set: Redis Cluster cases skipped")
+	}
 	return out
 }
+
+// testPrefix is a fresh key prefix per case (isolating cases on a shared real server) with
+// a hash tag, as the node's own prefix has, so every script's keys share a Cluster slot.
+func testPrefix() string { return "{test:" + uuid.NewString() + "}:" }
 
 // miniByTest is touched only from test goroutines of sequential (non-parallel) tests.
 var miniByTest = map[string]*miniredis.Miniredis{}
@@ -94,7 +107,7 @@ func TestRedisPresence(t *testing.T) {
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
 			channelstest.RunPresence(t, func(t *testing.T) channels.PresenceStore {
-				return newRedisPresence(t, be.client(t), "test:"+uuid.NewString()+":", "", 0, nil)
+				return newRedisPresence(t, be.client(t), testPrefix(), "", 0, nil)
 			})
 		})
 	}
@@ -134,7 +147,7 @@ func TestRedisPresenceTwoNodes(t *testing.T) {
 	m := channels.Member{UserID: "u1", Info: []byte(`{"name":"a"}`)}
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			prefix := "test:" + uuid.NewString() + ":"
+			prefix := testPrefix()
 			a := newRedisPresence(t, be.client(t), prefix, "A", 0, nil)
 			b := newRedisPresence(t, be.client(t), prefix, "B", 0, nil)
 			steps := []struct {
@@ -172,7 +185,7 @@ func TestRedisPresenceReapsDeadNode(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			prefix := "test:" + uuid.NewString() + ":"
+			prefix := testPrefix()
 			const ttl = 300 * time.Millisecond
 			var g gone
 			dead := channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTimeout: ttl})
@@ -270,7 +283,7 @@ func TestRedisOccupancy(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			prefix := "test:" + uuid.NewString() + ":"
+			prefix := testPrefix()
 			const ttl = 600 * time.Millisecond
 			var regs [2]*channels.Registry
 			var occs [2]*channels.RedisOccupancy
@@ -336,7 +349,7 @@ func TestRedisCacheAcrossNodes(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			prefix := "test:" + uuid.NewString() + ":"
+			prefix := testPrefix()
 			ch := "test:" + uuid.NewString()
 			var regs [2]*channels.Registry
 			for i := range regs {
