@@ -61,6 +61,20 @@ type CacheReader interface {
 	LastEvent(ctx context.Context, app, channel string) (frame []byte, ok bool, err error)
 }
 
+// cacheLocalWins is how recent a local copy must be to be answered without asking Redis.
+const cacheLocalWins = 2 * time.Second
+
+// recent returns the entry when it was written within d.
+func (c *cacheStore) recent(app, name string, d time.Duration) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key{app, name}]
+	if !ok || c.now().After(e.expires.Add(d-CacheTTL)) {
+		return nil, false
+	}
+	return e.frame, true
+}
+
 // cacheReadTimeout bounds CachedFrame's cluster read.
 const cacheReadTimeout = time.Second
 
@@ -71,6 +85,12 @@ const cacheReadTimeout = time.Second
 // call it off the socket-reading goroutines, with a deadline in ctx.
 func (r *Registry) LastEvent(ctx context.Context, app, name string) ([]byte, bool, error) {
 	if r.remoteCache != nil {
+		// This node's copy of an event it delivered moments ago wins: it may have been
+		// published here and still be queued for Redis (SET and PUBLISH travel together, so
+		// an event from another node that this node delivered is in Redis already).
+		if f, ok := r.cache.recent(app, name, cacheLocalWins); ok {
+			return f, true, nil
+		}
 		f, ok, err := r.remoteCache.LastEvent(ctx, app, name)
 		if err == nil {
 			return f, ok, nil

@@ -388,6 +388,13 @@ func TestRedisCacheAcrossNodes(t *testing.T) {
 			pub(regs[0], "internal", false) // pusher_internal and client events are never cached
 			pub(regs[0], "three", true)
 			waitUntil(t, "node B to see three", func() bool { return last(regs[1]) == "three" })
+			// A node that starts now never delivered it: its answer can only come from Redis.
+			rdb := be.client(t)
+			cache := channels.NewRedisCache(rdb, prefix)
+			late := channels.NewRegistry(channels.Options{Cache: cache})
+			if got := last(late); got != "three" {
+				t.Fatalf("a node started later replays %q", got)
+			}
 		})
 	}
 }

@@ -105,6 +105,13 @@ for (const kind of ['standalone', 'sentinel', 'cluster']) {
       assert.deepEqual((await laterGot.wait(1))[0], { n: 2 }, 'node 1 replays the event that went through node 2');
       assert.deepEqual(await laterGot.none(), [{ n: 2 }], 'only the last event is replayed');
 
+      // A node started after the event never delivered it: its replay comes from Redis.
+      const [extra] = await startNodes(topo, 1, { apps: APPS, channel: nodes.channel, scaling: kind === 'standalone' ? {} : { node_timeout: nodeTimeout } });
+      t.after(() => extra.stop());
+      const newcomer = await client(t, extra);
+      const fromRedis = inbox(newcomer.subscribe(ch), 'ev');
+      assert.deepEqual((await fromRedis.wait(1))[0], { n: 2 }, 'a node started later replays from Redis');
+
       const fresh = uid('cache-fresh.');
       const missC = await client(t, nodes[1]);
       const miss = inbox(missC.subscribe(fresh), 'pusher:cache_miss');
