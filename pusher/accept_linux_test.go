@@ -63,7 +63,7 @@ func wsHead(key string) string {
 // The fast path answers byte for byte as gorilla did, with connection_established in the
 // same response, and the socket then works like any other.
 func TestFastListenerSameResponse(t *testing.T) {
-	slow := newServer(t)
+	slow := newServer(t, withStdListener())
 	fast := newServer(t, withFastListener())
 	slowHead, slowFrame, _ := rawHead(t, slow.ts.Listener.Addr().String(), wsHead(testKey))
 	fastHead, fastFrame, nc := rawHead(t, fast.ts.Listener.Addr().String(), wsHead(testKey))

@@ -139,10 +139,14 @@ func (c *Conn) subscribe(data json.RawMessage) {
 		c.subscribePresence(name, member)
 		return
 	}
+	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
 	b := c.holdWrites()
 	count, added := c.srv.reg.Subscribe(cfg.ID, name, c)
-	c.addSub(name, subscription{})
+	c.addSub(name, sub)
 	frames := [][]byte{subscribedFrame(name, "{}")}
+	if session != nil {
+		frames = [][]byte{session, frames[0]}
+	}
 	if kind.IsCache() {
 		frames = append(frames, c.cacheReplay(name))
 	}
