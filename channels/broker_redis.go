@@ -60,6 +60,7 @@ type RedisBroker struct {
 	start    sync.Once
 	started  bool // set inside start; read after start.Do
 	done     chan struct{}
+	async    asyncState // PublishAsync's queue (broker_async.go)
 }
 
 var _ Broker = (*RedisBroker)(nil)

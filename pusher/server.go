@@ -63,6 +63,9 @@ type ClusterView interface {
 
 // Server holds every app's sockets and channels on this node.
 type Server struct {
+	taskCounters
+	remote bool // the registry's presence or broker makes network round trips (tasks.go)
+
 	cfg      *config.Config
 	appsByID map[string]*appState
 	appsKey  map[string]*appState
@@ -108,6 +111,7 @@ func NewServer(opts Options) *Server {
 	if s.reg == nil {
 		s.reg = channels.NewRegistry(channels.Options{})
 	}
+	s.remote = s.reg.Remote()
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -225,6 +229,16 @@ func (s *Server) publish(ctx context.Context, appID, channel, event, data, excep
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
+}
+
+// publishNoWait is publish for callers that must not wait on Redis: this node's subscribers
+// get the event at once, other nodes through the broker's queue (Registry.PublishNoWait).
+func (s *Server) publishNoWait(appID, channel, event, data, except string) error {
+	s.observeOut(appID)
+	s.countPublished(appID, event)
+	frame := EventFrame(event, channel, data)
+	cacheable := !strings.HasPrefix(event, "pusher_internal:")
+	return s.reg.PublishNoWait(channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
 }
 
 // MemberGone announces that a user left a presence channel without a local Leave saying so:

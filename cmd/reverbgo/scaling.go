@@ -42,6 +42,10 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scaling.redis_url: %w", err)
 	}
+	// Deadlines from the callers' contexts bound every round trip (go-redis otherwise only
+	// applies its 3 s read timeout, retried): a silent Redis costs a presence join its
+	// deadline, not 10 s.
+	opt.ContextTimeoutEnabled = true
 	c := &cluster{rdb: redis.NewClient(opt), addr: opt.Addr, node: channels.NewNodeID()}
 	ctx, cancel := context.WithTimeout(context.Background(), startupTimeout)
 	defer cancel()
