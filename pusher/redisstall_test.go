@@ -188,10 +188,30 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 			presenceDone <- "no answer"
 		}()
 	}
+	// A channel of the cluster socket index (toolmark's) writes the index before it answers:
+	// during the stall that write waits for its deadline on the socket's task goroutine.
+	indexed := make(chan string, 1)
+	go func() {
+		c := clients[950]
+		ch := "private-toolmark.stall"
+		c.subscribeMsg(ch, privateAuth(ts.app.Key, ts.app.Secret, c.socketID, ch), "")
+		for {
+			ev, ok := c.tryNext(15 * time.Second)
+			if !ok {
+				indexed <- "no answer"
+				return
+			}
+			if ev.Channel == ch || ev.Event == "pusher:error" {
+				indexed <- ev.Event
+				return
+			}
+		}
+	}()
 	var during []latencyProbe
 	for time.Since(stalled) < 10*time.Second {
 		p, s, f := measure("stall", 2)
 		during = mergeProbes(during, p, s, f)
+		time.Sleep(5 * time.Millisecond) // a steady load, not a spin on a shared machine
 	}
 	if err := proc.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -205,6 +225,9 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 	answers := map[string]int{}
 	for range 10 {
 		answers[<-presenceDone]++
+	}
+	if got := <-indexed; got != "pusher_internal:subscription_succeeded" {
+		t.Errorf("indexed channel subscribe during the stall: %s", got)
 	}
 	t.Logf("presence joins during the stall: %v", answers)
 	if answers["no answer"] > 0 {
