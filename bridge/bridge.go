@@ -1,9 +1,9 @@
 package bridge
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -168,33 +168,17 @@ func (b *Bridge) Register(g *echo.Group, prefix string) {
 // errBodyTooLarge means the body exceeded Limits.MaxBody (413).
 var errBodyTooLarge = errors.New("body too large")
 
-// readBody reads at most MaxBody bytes; one more byte means 413.
+// readBody reads at most MaxBody bytes through http.MaxBytesReader; more means 413. It runs
+// only after the request's cheap checks (the page's socket and token), and it never
+// allocates ahead of what arrived: an announced Content-Length is trusted only up to
+// preallocBody, so a client trickling a large body holds no more than it sent.
 func (b *Bridge) readBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
 	if r.ContentLength > b.lim.MaxBody {
 		return nil, errBodyTooLarge
 	}
-	var body []byte
-	var err error
-	if r.ContentLength > 0 {
-		// The usual case: one exact allocation instead of io.ReadAll's growing buffer. Errors
-		// are io.ReadAll's: a clean EOF ends the body (net/http reports a truncated one as
-		// io.ErrUnexpectedEOF), and a body is never read past the announced length, as net/http
-		// would not deliver more anyway.
-		body = make([]byte, r.ContentLength)
-		n := 0
-		for n < len(body) && err == nil {
-			var k int
-			k, err = r.Body.Read(body[n:])
-			n += k
-		}
-		if err == io.EOF {
-			err = nil
-		}
-		body = body[:n]
-	} else {
-		body, err = io.ReadAll(io.LimitReader(r.Body, b.lim.MaxBody+1))
-	}
+	body := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 512), preallocBody)+bytes.MinRead))
+	_, err := body.ReadFrom(http.MaxBytesReader(c.Response().Writer, r.Body, b.lim.MaxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -202,11 +186,11 @@ func (b *Bridge) readBody(c echo.Context) ([]byte, error) {
 		}
 		return nil, err
 	}
-	if int64(len(body)) > b.lim.MaxBody {
-		return nil, errBodyTooLarge
-	}
-	return body, nil
+	return body.Bytes(), nil
 }
+
+// preallocBody is the most readBody allocates before the bytes arrive.
+const preallocBody = 16 << 10
 
 // jsonError writes {"error": msg} with status code.
 func jsonError(c echo.Context, code int, msg string) error {
