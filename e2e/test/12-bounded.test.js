@@ -100,7 +100,7 @@ test(`${CONNS} connections trickling 1 MiB bodies: RSS grows < ${RSS_BUDGET_MIB}
     wire.close();
   }
   const grownMiB = (peak - base) / 1024;
-  console.log(`# RSS base ${(base / 1024).toFixed(1)} MiB, peak ${(peak / 1024).toFixed(1)} MiB (+${grownMiB.toFixed(1)}); trigger->delivery ms max ${Math.max(...latencies)} over ${latencies.length}`);
+  console.log(`RSS base ${(base / 1024).toFixed(1)} MiB, peak ${(peak / 1024).toFixed(1)} MiB (+${grownMiB.toFixed(1)}); trigger->delivery ms max ${Math.max(...latencies)} over ${latencies.length}`);
   assert.ok(latencies.length >= 5, `only ${latencies.length} normal round trips`);
   assert.ok(grownMiB < RSS_BUDGET_MIB, `RSS grew by ${grownMiB.toFixed(1)} MiB`);
   assert.ok(Math.max(...latencies) < 3000, `normal traffic stalled: ${Math.max(...latencies)} ms`);
