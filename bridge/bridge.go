@@ -137,6 +137,7 @@ func (b *Bridge) janitor() {
 		case <-t.C:
 			b.pageRate.sweep()
 			b.callRate.sweep()
+			b.met.sweepTools(b.now().Add(-b.lim.ManifestTTL))
 		}
 	}
 }

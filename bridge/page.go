@@ -191,6 +191,7 @@ func (b *Bridge) apply(ctx context.Context, key ConvKey, pm *PageMessage) pageOu
 		if _, err := b.store.PutManifest(ctx, key, m, b.lim.ManifestTTL); err != nil {
 			return b.storeFailed(err)
 		}
+		b.met.manifest(key.App, pm.Tools, b.now())
 		return accepted
 	case TypeChanged:
 		current, err := b.store.ChangeRev(ctx, key, pm.ClientID, pm.Rev, b.lim.ManifestTTL)
