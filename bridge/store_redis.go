@@ -46,7 +46,8 @@ func (s *RedisStore) channel() string { return s.prefix + "results" }
 func (s *RedisStore) manifestKey(k ConvKey) string {
 	return s.prefix + "m:" + k.App + ":" + k.User + ":" + k.Conversation
 }
-func (s *RedisStore) callKey(id string) string    { return s.prefix + "c:" + id }
+func (s *RedisStore) callKey(id string) string { return s.prefix + "c:" + id }
+
 // confirmKey namespaces a confirmId by its conversation (see Store.GetConfirm); user,
 // conversation and confirmId hold no ':'.
 func (s *RedisStore) confirmKey(k ConvKey, id string) string {
