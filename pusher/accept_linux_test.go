@@ -130,9 +130,9 @@ func TestFastListenerFallbacks(t *testing.T) {
 			t.Errorf("%s: %q %q", tc.name, head, frame)
 		}
 	}
-	// gorilla's answer to a bad handshake is unchanged.
+	// A version the server does not speak gets ServeWS's 426 with the version it does.
 	head, frame, _ := rawHead(t, addr, strings.Replace(wsHead(testKey), "Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8", 1))
-	if _ = frame; !strings.HasPrefix(head, "HTTP/1.1 400 ") {
+	if _ = frame; !strings.HasPrefix(head, "HTTP/1.1 426 ") || !strings.Contains(head, "Sec-Websocket-Version: 13") {
 		t.Errorf("version 8: %q", head)
 	}
 	// An allowed Origin takes the fast path.
