@@ -315,6 +315,7 @@ func statusSuffix(result []byte) (string, bool) {
 func (b *Bridge) auditCall(au *callAudit) {
 	lat := b.now().Sub(au.start)
 	b.met.call(au.key.App, au.surface, au.kind, au.tool, au.inManifest, au.status, lat)
+	b.observeEnd(au, lat)
 	attrs := []slog.Attr{
 		slog.String("app", au.key.App), slog.String("user", au.key.User),
 		slog.String("conversation", au.key.Conversation), slog.String("call_id", au.id),

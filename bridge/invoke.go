@@ -117,6 +117,7 @@ func (b *Bridge) invoke(ctx context.Context, app *config.App, req *callRequest, 
 		return Outcome{ID: au.id, Status: au.status}, ErrTooManyInFlight
 	}
 	defer b.flight.release(key)
+	b.observeStart(au)
 	b.met.flight(app.ID, 1)
 	defer b.met.flight(app.ID, -1)
 	result, hints, err := b.execute(ctx, app, req, kind, req.Timeout, au)

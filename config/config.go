@@ -8,6 +8,8 @@ type Config struct {
 	Server  Server  `mapstructure:"server"`
 	Apps    []App   `mapstructure:"apps"`
 	Scaling Scaling `mapstructure:"scaling"`
+	Console Console `mapstructure:"console"`
+	Metrics Metrics `mapstructure:"metrics"`
 
 	// byID and byKey index Apps for AppByID and AppByKey. Validate builds them, so they point
 	// into Apps: the Config is read-only once Load (or Validate) has returned.
@@ -26,6 +28,24 @@ type Server struct {
 	TLS            TLS   `mapstructure:"tls"`
 	// ShutdownTimeoutSeconds bounds how long in-flight HTTP requests may take on SIGTERM (default 10).
 	ShutdownTimeoutSeconds int `mapstructure:"shutdown_timeout"`
+	Log                    Log `mapstructure:"log"`
+}
+
+// Log selects the log format and the minimum level; --log-level overrides Level.
+type Log struct {
+	Format string `mapstructure:"format"` // json | text (default json)
+	Level  string `mapstructure:"level"`  // debug | info | warn | error (default info)
+}
+
+// Metrics serves Prometheus text format. Off by default: a scrape endpoint on the public
+// listener is something an operator turns on, ideally with a token.
+type Metrics struct {
+	Enabled bool `mapstructure:"enabled"`
+	// Listen "" serves {server.path}/metrics on the main listener; "host:port" serves
+	// /metrics on a listener of its own (e.g. 127.0.0.1:9601, reachable only locally).
+	Listen string `mapstructure:"listen"`
+	// Token, when set, is required as "Authorization: Bearer <token>" (else 401).
+	Token string `mapstructure:"token"`
 }
 
 // TLS enables HTTPS/WSS when both files are set.
@@ -41,6 +61,13 @@ type Scaling struct {
 	RedisURL string `mapstructure:"redis_url"`
 	// Channel is the pub/sub channel name prefix (default "reverb").
 	Channel string `mapstructure:"channel"`
+}
+
+// Console is the embedded debug console at {server.path}/console (off by default). Token is
+// the login secret; start-up refuses an enabled console without one.
+type Console struct {
+	Enabled bool   `mapstructure:"enabled"`
+	Token   string `mapstructure:"token"`
 }
 
 // Client-event policies, Reverb's names.
@@ -102,6 +129,9 @@ type ToolmarkMCP struct {
 type Webhook struct {
 	URL        string   `mapstructure:"url"`
 	EventTypes []string `mapstructure:"event_types"`
+	// Headers are sent with every POST to URL, e.g. {Authorization: "Bearer ..."} for a
+	// receiver behind a gateway. They cannot replace the headers the signature relies on.
+	Headers map[string]string `mapstructure:"headers"`
 }
 
 // IsEnabled reports the effective enabled flag.

@@ -21,6 +21,7 @@ import (
 func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) {
 	app := s.appsKey[appKey]
 	if reason := s.admit(app, r); reason != CloseNone {
+		s.countRefused(app, reason)
 		if ws, err := s.upgrader.Upgrade(w, r, nil); err == nil {
 			s.refuse(ws, reason)
 		}
@@ -84,6 +85,8 @@ func (s *Server) register(c *Conn) bool {
 	s.active.Add(1)
 	s.activeMu.Unlock()
 	c.lastActivity.Store(s.now().UnixNano())
+	c.observeOpen()
+	app.stats.opened.Add(1)
 	return true
 }
 
@@ -302,6 +305,8 @@ func (c *Conn) cleanup() {
 		s.sockets.unbindUser(c.app.cfg.ID, user, c)
 	}
 	c.app.conns.Add(-1)
+	c.observeClose()
+	c.app.stats.closed[c.closeReason()].Add(1)
 	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
 }
 

@@ -1,7 +1,9 @@
 // Command reverbgo is a Pusher Channels server, a drop-in for Laravel Reverb, with the
 // Toolmark bridge embedded.
 //
-//	reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level info]
+//	reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level info] [--debug-addr ADDR]
+//	reverbgo config check [--config PATH]
+//	reverbgo healthcheck [--config PATH]
 package main
 
 import (
@@ -24,12 +26,12 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/console"
 	"github.com/reverbgo/reverbgo/mcp"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
@@ -43,7 +45,9 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level debug|info|warn|error]")
+	fmt.Fprintln(w, "usage: reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level debug|info|warn|error] [--debug-addr ADDR]")
+	fmt.Fprintln(w, "       reverbgo config check [--config PATH]   validate, print the effective config (secrets masked)")
+	fmt.Fprintln(w, "       reverbgo healthcheck [--config PATH]    exit 0 when the configured server's /up answers OK")
 	fmt.Fprintln(w, "       reverbgo version")
 }
 
@@ -57,6 +61,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "reverbgo", version)
 		return 0
 	case "start":
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
+	case "healthcheck":
+		return runHealthcheck(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return 0
@@ -69,17 +77,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "config file (default ./config.yaml)")
 	host := fs.String("host", "", "listen host (overrides server.host)")
 	port := fs.Int("port", 0, "listen port (overrides server.port)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	debugAddr := fs.String("debug-addr", "", "serve /metrics (Prometheus) and /debug/pprof on this address (e.g. 127.0.0.1:6060); off by default")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides server.log.level)")
+	debugAddr := fs.String("debug-addr", "", "serve /debug/pprof and an unauthenticated /metrics on this address (e.g. 127.0.0.1:6060); off by default")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
-		return 2
+	if *logLevel != "" {
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+			fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
+			return 2
+		}
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
@@ -96,8 +105,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)
 		return 1
 	}
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	logger, err := newLogger(stderr, cfg.Server.Log, *logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
+		return 2
+	}
+	metrics := newMetricsRegistry()
 	if *debugAddr != "" {
 		http.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
 		go func() { logger.Warn("debug server stopped", "error", http.ListenAndServe(*debugAddr, nil)) }()
@@ -113,6 +126,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 type emitter struct{ d *webhooks.Dispatcher }
 
 func (e emitter) Emit(appID string, ev map[string]any) { e.d.Emit(appID, webhooks.Event(ev)) }
+
+// Wants lets producers skip building events no webhook takes (pusher.Wanter).
+func (e emitter) Wants(appID, name string) bool { return e.d.Wants(appID, name) }
+
+// newConsole builds the debug console when console.enabled, else nil.
+func newConsole(cfg *config.Config, srv *pusher.Server, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, logger *slog.Logger) *console.Console {
+	if !cfg.Console.Enabled {
+		return nil
+	}
+	ids := make([]string, len(cfg.Apps))
+	for i := range cfg.Apps {
+		ids[i] = cfg.Apps[i].ID
+	}
+	node := ""
+	if cl != nil {
+		node = cl.node
+	}
+	logger.Info("console enabled", "path", cfg.Server.Path+"/console")
+	return console.New(console.Options{Token: cfg.Console.Token, Apps: ids, Node: node, Server: srv, Bridge: br, Webhooks: hooks, Logger: logger})
+}
 
 // appDirectory gives the bridge app lookups over the validated config.
 type appDirectory struct{ cfg *config.Config }
@@ -138,25 +171,30 @@ type node struct {
 	mcp   *mcp.Server
 	cl    *cluster // nil on a single node
 	hooks *webhooks.Dispatcher
+	con   *console.Console    // nil unless console.enabled
 	mem   *bridge.MemoryStore // the single node's bridge store; nil with scaling
 	log   *slog.Logger
 }
 
 func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) (*node, error) {
-	hooks := webhooks.New(webhooks.Options{Logger: logger})
-	hooks.SetApps(cfg.Apps)
-
-	opts := pusher.Options{Config: cfg, Logger: logger, Webhooks: emitter{hooks}}
+	opts := pusher.Options{Config: cfg, Logger: logger}
 	var store bridge.Store
 	var feed bridge.ManifestFeed
 	var memStore *bridge.MemoryStore // closed on release when single node
 	var cl *cluster
+	hookOpts := webhooks.Options{Logger: logger}
 	if cfg.Scaling.Enabled {
 		var err error
 		if cl, err = newCluster(cfg, logger); err != nil {
-			_ = hooks.Close(context.Background())
 			return nil, err
 		}
+		// The outbox and the occupancy/hold decisions are cluster-wide (webhooks.RedisStore).
+		hookOpts.Store, hookOpts.NodeID = webhooks.NewRedisStore(cl.rdb, cl.prefix, cl.node), cl.node
+	}
+	hooks := webhooks.New(hookOpts)
+	hooks.SetApps(cfg.Apps)
+	opts.Webhooks = emitter{hooks}
+	if cl != nil {
 		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
 		opts.Health = cl.health
 		opts.Cluster = cl.occ
@@ -172,6 +210,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	// notifications/tools/list_changed.
 	store = bridge.WithManifestFeed(store, feed)
 	srv := pusher.NewServer(opts)
+	hooks.SetCounter(srv.SubscriptionCount)
 	if cl != nil {
 		cl.start(opts.Registry, srv.MemberGone)
 	}
@@ -184,26 +223,26 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		Logger:    logger,
 		Metrics:   metrics,
 	})
-	for i := range cfg.Apps {
-		appID := cfg.Apps[i].ID
-		metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "reverbgo_connections",
-			Help:        "Open WebSocket connections on this node.",
-			ConstLabels: prometheus.Labels{"app": appID},
-		}, func() float64 { return float64(srv.ConnectionCount(appID)) }))
-	}
 
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.Use(middleware.Recover())
 	prefix := cfg.Server.Path
+	e.Use(srv.HTTPMetrics(prefix))
 	srv.Routes(e, prefix)
 	g := e.Group(prefix)
 	br.Register(g, prefix)
 	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger})
 	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
-	return &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, log: logger}, nil
+	con := newConsole(cfg, srv, br, hooks, cl, logger)
+	if con != nil {
+		con.Register(e, prefix)
+	}
+	n := &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, con: con, log: logger}
+	registerNodeMetrics(metrics, n)
+	mountMetrics(e, cfg, metrics, logger)
+	return n, nil
 }
 
 // shutdown closes in dependency order once HTTP has stopped taking requests: every client
@@ -220,18 +259,29 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 	}
 	wg.Wait()
 	n.br.Close() // may still publish cancels, so before the cluster closes
+	if n.con != nil {
+		n.con.Close()
+	}
 	n.release(ctx)
 }
 
 // release frees what newNode acquired besides the server and the bridge.
 func (n *node) release(ctx context.Context) {
+	// With scaling, the webhooks close between presence (whose last leaves they hear) and
+	// the Redis client (which their outbox needs).
+	closeHooks := func() {
+		if err := n.hooks.Close(ctx); err != nil {
+			n.log.Warn("webhooks not all settled at shutdown", "error", err)
+		}
+	}
 	if n.cl != nil {
-		n.cl.close(n.log)
+		n.cl.close(n.log, closeHooks)
+	} else {
+		closeHooks()
 	}
 	if n.mem != nil {
 		_ = n.mem.Close()
 	}
-	_ = n.hooks.Close(ctx)
 }
 
 func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {
@@ -258,7 +308,23 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	tlsOn := cfg.Server.TLS.Cert != "" && cfg.Server.TLS.Key != ""
+	tlsOn := tlsEnabled(cfg)
+	var certs *certReloader
+	if tlsOn {
+		if certs, err = newCertReloader(cfg.Server.TLS.Cert, cfg.Server.TLS.Key); err != nil {
+			_ = ln.Close()
+			n.shutdown(context.Background(), nil)
+			return err
+		}
+		httpSrv.TLSConfig = certs.tlsConfig()
+	}
+	metricsSrv, err := metricsListener(cfg, metrics, logger)
+	if err != nil {
+		_ = ln.Close()
+		n.shutdown(context.Background(), nil)
+		return fmt.Errorf("metrics.listen: %w", err)
+	}
+	defer closeMetricsListener(metricsSrv)
 	if !tlsOn {
 		ln = n.srv.FastListener(ln, prefix) // WebSocket upgrades skip net/http; the rest is served below
 	}
@@ -267,7 +333,7 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
-			errc <- httpSrv.ServeTLS(ln, cfg.Server.TLS.Cert, cfg.Server.TLS.Key)
+			errc <- httpSrv.ServeTLS(ln, "", "") // certificates come from certs.getCertificate
 		} else {
 			errc <- httpSrv.Serve(ln)
 		}
@@ -275,13 +341,26 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP) // reloads TLS certificates; never stops the server
+wait:
+	for {
+		select {
+		case err := <-errc:
+			if !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			break wait
+		case <-hups:
+			if certs == nil {
+				logger.Info("SIGHUP: nothing to reload (server.tls is not set)")
+				continue
+			}
+			certs.onSIGHUP(logger)
+		case sig := <-sigs:
+			logger.Info("shutting down", "signal", sig.String())
+			break wait
 		}
-	case sig := <-sigs:
-		logger.Info("shutting down", "signal", sig.String())
 	}
 	timeout := time.Duration(cfg.Server.ShutdownTimeoutSeconds) * time.Second
 	if timeout <= 0 {
