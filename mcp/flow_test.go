@@ -265,3 +265,28 @@ func TestSessionOwner(t *testing.T) {
 		t.Fatalf("after delete: %d", res.StatusCode)
 	}
 }
+
+// TestSessionBound: a new session over MaxSessions closes the conversation's least recently
+// used one (its client then gets 404), other conversations are untouched.
+func TestSessionBound(t *testing.T) {
+	h := newHarness(t, bridgeLimits(), func(o *Options) { o.MaxSessions = 2 })
+	ctx := context.Background()
+	first := h.client(token("secret1", nil), nil)
+	second := h.client(token("secret1", nil), nil)
+	other := h.client(token("secret1", map[string]any{"conversation_id": "c2"}), nil)
+	if err := second.Ping(ctx, nil); err != nil { // second is now more recently used than first
+		t.Fatal(err)
+	}
+	third := h.client(token("secret1", nil), nil)
+	waitFor(t, "the least recently used session to close", func() bool {
+		return h.mcp.sessionCount(bridge.ConvKey{App: "app1", User: "u1", Conversation: "c1"}) == 2
+	})
+	if err := first.Ping(ctx, nil); err == nil {
+		t.Fatal("the evicted session still answers")
+	}
+	for name, cs := range map[string]*sdk.ClientSession{"second": second, "third": third, "other": other} {
+		if err := cs.Ping(ctx, nil); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}

@@ -203,7 +203,7 @@ func testApps() fakeApps {
 	}
 }
 
-func newHarness(t testing.TB, limits bridge.Limits) *harness {
+func newHarness(t testing.TB, limits bridge.Limits, with ...func(*Options)) *harness {
 	h := &harness{t: t, hooks: &fakeEmitter{}, sockets: &fakeSockets{open: map[string]string{}}, apps: testApps(), logs: &syncBuffer{}}
 	h.page = &fakePage{t: t}
 	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
@@ -211,7 +211,11 @@ func newHarness(t testing.TB, limits bridge.Limits) *harness {
 	mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
 	h.br = bridge.New(bridge.Options{Store: bridge.WithManifestFeed(mem, feed), Publisher: h.page, Sockets: h.sockets,
 		Webhooks: h.hooks, Apps: h.apps, Logger: logger, Limits: limits})
-	h.mcp = New(Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger})
+	opts := Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger}
+	for _, f := range with {
+		f(&opts)
+	}
+	h.mcp = New(opts)
 	e := echo.New()
 	g := e.Group("")
 	h.br.Register(g, "")
