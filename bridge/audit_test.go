@@ -16,7 +16,7 @@ func TestAuditAndMetrics(t *testing.T) {
 	ch := h.startCall(context.Background(), "calls",
 		`{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":{"password":"SECRET_INPUT"}}`)
 	call := h.pub.waitMsg(t, "call", "")
-	h.page("s1", "c1", resultMsg(client1, call.ID, `{"status":"ok","data":"SECRET_RESULT"}`))
+	h.page("1.1", "c1", resultMsg(client1, call.ID, `{"status":"ok","data":"SECRET_RESULT"}`))
 	recv(t, ch)
 	recv(t, h.startCall(context.Background(), "calls", `{"user_id":"u1","conversation_id":"c1","tool":"not.in.manifest","timeout_ms":1}`))
 

@@ -90,7 +90,7 @@ func TestLoadDefaults(t *testing.T) {
 		a.AcceptClientEventsFrom != "members" || !a.UserAuthentication() || *a.EnableUserAuthentication != true ||
 		a.ClientEventsPerSecond() != 10 || a.MaxPresenceMembers != 100 || a.MaxBatchSize != 10 ||
 		a.Toolmark.CallTimeoutMS != 30000 || a.Toolmark.MaxTimeoutMS != 600000 || a.Toolmark.Enabled ||
-		a.Toolmark.MCP.Enabled {
+		a.Toolmark.MCP.Enabled || a.Toolmark.PageAuth != "token" {
 		t.Errorf("app defaults: %+v", a)
 	}
 }

@@ -223,6 +223,12 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		Logger:    logger,
 		Metrics:   metrics,
 	})
+	for i := range cfg.Apps {
+		if a := &cfg.Apps[i]; a.Toolmark.Enabled && a.Toolmark.PageAuth == config.PageAuthSocketID {
+			logger.Warn("toolmark.page_auth is socket_id: a leaked socket id can speak for the page; use token",
+				"app", a.ID)
+		}
+	}
 
 	e := echo.New()
 	e.HideBanner = true

@@ -24,13 +24,14 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// pagePost POSTs a page message to a node's page endpoint as the socket.
-func pagePost(t *testing.T, nd *testNode, socket, conv string, msg any) {
+// mcpPagePost POSTs a page message to a node's page endpoint as the socket, with its page token.
+func mcpPagePost(t *testing.T, nd *testNode, socket, token, conv string, msg any) {
 	t.Helper()
 	body, _ := json.Marshal(msg)
 	req, _ := http.NewRequest(http.MethodPost, nd.ts.URL+"/toolmark/bridge/"+conv, strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Socket-ID", socket)
+	req.Header.Set("X-Toolmark-Token", token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -54,9 +55,14 @@ func TestMCPAcrossNodes(t *testing.T) {
 			page := connect(t, b)
 			page.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": ch,
 				"auth": appKey + ":" + auth.ChannelSignature(secret, page.socket, ch)}})
+			var session struct {
+				Token string `json:"token"`
+			}
+			_ = json.Unmarshal([]byte(page.next("toolmark.session", ch).Data), &session)
 			page.next("pusher_internal:subscription_succeeded", ch)
+			pt := session.Token
 			tools := []map[string]any{{"name": "notes.list", "llmName": "notes__list", "description": "List", "hints": map[string]any{}}}
-			pagePost(t, b, page.socket, conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": "p1", "rev": 1, "tools": tools})
+			mcpPagePost(t, b, page.socket, pt, conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": "p1", "rev": 1, "tools": tools})
 
 			tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"iss": appKey, "sub": "u1",
 				"conversation_id": conv, "exp": time.Now().Add(time.Minute).Unix()}).SignedString([]byte(secret))
@@ -87,7 +93,7 @@ func TestMCPAcrossNodes(t *testing.T) {
 					t.Errorf("page got %s, want %s", ev.Data, want)
 					return
 				}
-				pagePost(t, b, page.socket, conv, map[string]any{"protocol": 1, "type": "result", "clientId": "p1", "id": m.Message.ID, "result": result})
+				mcpPagePost(t, b, page.socket, pt, conv, map[string]any{"protocol": 1, "type": "result", "clientId": "p1", "id": m.Message.ID, "result": result})
 			}
 			listed := make(chan *sdk.ListToolsResult, 1)
 			go func() { l, _ := cs.ListTools(context.Background(), nil); listed <- l }()
@@ -96,7 +102,7 @@ func TestMCPAcrossNodes(t *testing.T) {
 				t.Fatalf("list on A: %+v", l)
 			}
 
-			pagePost(t, b, page.socket, conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": "p1", "rev": 2, "tools": tools})
+			mcpPagePost(t, b, page.socket, pt, conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": "p1", "rev": 2, "tools": tools})
 			waitFor(t, "list_changed on A for a manifest B received", func() bool { return changed.Load() == 1 })
 
 			called := make(chan *sdk.CallToolResult, 1)
