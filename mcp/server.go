@@ -260,8 +260,10 @@ func toolsCallID(body []byte) (string, bool) {
 	return "", false
 }
 
-// receive is the receiving middleware: it registers the session on its first message and
-// answers tools/list and tools/call; everything else is the SDK's.
+// receive is the receiving middleware: it registers the session on initialize and answers
+// tools/list and tools/call; everything else is the SDK's. Only initialize registers: the SDK
+// also creates a session for other requests without a session id (a newer client's probe such
+// as server/discover), and closes it at once; those must not count as sessions.
 func (s *Server) receive(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 		ss, _ := req.GetSession().(*sdk.ServerSession)
@@ -273,7 +275,15 @@ func (s *Server) receive(next sdk.MethodHandler) sdk.MethodHandler {
 		if g == nil {
 			return next(ctx, method, req)
 		}
-		se := s.register(ss, g.key)
+		var se *session
+		if method == "initialize" {
+			se = s.register(ss, g.key)
+		} else {
+			se = s.touch(ss.ID())
+		}
+		if se == nil {
+			return next(ctx, method, req)
+		}
 		switch method {
 		case "tools/list":
 			return s.listTools(ctx, g, se)
@@ -286,6 +296,18 @@ func (s *Server) receive(next sdk.MethodHandler) sdk.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// touch returns the session's record (marked as used now), or nil for a session that never
+// initialized.
+func (s *Server) touch(id string) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se := s.sessions[id]
+	if se != nil {
+		se.lastUsed = time.Now()
+	}
+	return se
 }
 
 // register returns the session's record, creating it (and its clean-up) on first sight.
