@@ -230,7 +230,7 @@ func newHarness(t testing.TB, limits bridge.Limits, with ...func(*Options)) *har
 	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
 	feed := bridge.NewLocalFeed()
 	mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
-	h.br = bridge.New(bridge.Options{Store: bridge.WithManifestFeed(mem, feed), Publisher: h.page, Sockets: h.sockets,
+	h.br = bridge.New(bridge.Options{Store: bridge.WithManifestFeed(mem, feed, nil), Publisher: h.page, Sockets: h.sockets,
 		Webhooks: h.hooks, Apps: h.apps, Logger: logger, Limits: limits})
 	opts := Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger}
 	for _, f := range with {
