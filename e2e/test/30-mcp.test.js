@@ -364,6 +364,18 @@ describe('sessions', () => {
     assert.equal(res.status, 404, res.text);
   });
 
+  test('SIGTERM with an open GET stream exits at once (the streams are ended, not waited for)', async (t) => {
+    const own = await startServer({ apps: [APP], server: { shutdown_timeout: 10 }, nodes: 1 });
+    cleanup(t).add(() => own.stop());
+    const c = await mcpConnect(own, tokenFor(APP, { conv: uid('c') }));
+    cleanup(t).add(() => c.close());
+    await c.client.listTools();
+    const started = Date.now();
+    const res = await own.stop('SIGTERM');
+    assert.equal(res.code, 0);
+    assert.ok(Date.now() - started < 3000, `exited after ${Date.now() - started} ms (shutdown_timeout is 10 s)`);
+  });
+
   test('audit lines carry surface "mcp"', async (t) => {
     const { conv } = await setup(t);
     const { client: c } = await client(t, conv);
