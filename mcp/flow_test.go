@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -288,5 +289,45 @@ func TestSessionBound(t *testing.T) {
 		if err := cs.Ping(ctx, nil); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestStreamEndsAtExp: the GET stream of a session ends when the token that opened it expires.
+func TestStreamEndsAtExp(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	// exp 29 s ago: valid for one more second thanks to the 30 s leeway.
+	tok := token("secret1", map[string]any{"exp": time.Now().Add(-29 * time.Second).Unix()})
+	post := func(session, body string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/toolmark/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res
+	}
+	sid := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`).Header.Get("Mcp-Session-Id")
+	post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	req, _ := http.NewRequest(http.MethodGet, h.srv.URL+"/toolmark/mcp", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	start := time.Now()
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %v %v", err, res)
+	}
+	_, _ = io.Copy(io.Discard, res.Body) // returns when the server ends the stream
+	_ = res.Body.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the stream outlived its token by %v", d)
 	}
 }

@@ -225,7 +225,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), grantKey{}, g)))
+	ctx := context.WithValue(r.Context(), grantKey{}, g)
+	if r.Method == http.MethodGet {
+		// The GET stream is one long request: it ends when its token expires, so a token is
+		// never honoured past its exp (the client reconnects with a fresh one).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, g.exp.Add(Leeway))
+		defer cancel()
+	}
+	s.inner.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
