@@ -331,3 +331,31 @@ func TestStreamEndsAtExp(t *testing.T) {
 		t.Fatalf("the stream outlived its token by %v", d)
 	}
 }
+
+// TestCallRefusals: the calls API's rate limit and input bounds apply to MCP calls, as error
+// results the model can read.
+func TestCallRefusals(t *testing.T) {
+	h := newHarness(t, bridge.Limits{CallBurst: 2, CallRate: 0.001, PageBurst: 1 << 20, PageRate: 1 << 20})
+	h.page.setAnswer(standardPage)
+	h.openPage("c1", "p1", 1, testTools)
+	cs := h.client(token("secret1", nil), nil)
+	ctx := context.Background()
+	deep := json.RawMessage(strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70))
+	for i, tc := range []struct {
+		args any
+		want string
+	}{
+		{map[string]any{}, `"status":"ok"`},
+		{deep, `Invalid arguments: nesting deeper than 63`},
+		{map[string]any{}, `"status":"ok"`},
+		{map[string]any{}, `Too many calls`},
+	} {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__create", Arguments: tc.args})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if text := res.Content[0].(*sdk.TextContent).Text; !strings.Contains(text, tc.want) || res.IsError != (tc.want != `"status":"ok"`) {
+			t.Fatalf("call %d: %s, want %s", i, text, tc.want)
+		}
+	}
+}
