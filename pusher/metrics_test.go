@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reverbgo/reverbgo/config"
 
@@ -139,5 +140,33 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A client that stops reading is cut off and counted as a slow consumer.
+func TestMetricsSlowConsumer(t *testing.T) {
+	ts := newServer(t, withOptions(func(o *Options) { o.MaxQueueBytes = 64 << 10 }))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ts.s.Collector())
+	slow := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
+	slow.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"firehose"}}`)
+	eventually(t, "subscribed", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 1 })
+	payload := []byte(`"` + strings.Repeat("x", 8000) + `"`)
+	deadline := time.Now().Add(20 * time.Second)
+	for ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("slow consumer never cut off")
+		}
+		if err := ts.s.Publish(testAppID, "firehose", "big", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := map[string]string{"app": testAppID}
+	eventually(t, "slow consumer counted", func() bool {
+		return sample(t, reg, "reverbgo_slow_consumer_disconnects_total", app) == 1 &&
+			sample(t, reg, "reverbgo_connections_closed_total", map[string]string{"app": testAppID, "reason": "slow_consumer"}) == 1
+	})
+	if v := sample(t, reg, "reverbgo_delivery_bytes_total", nil); v < 64<<10 {
+		t.Errorf("delivery bytes %v, want more than the 64 KiB queue", v)
 	}
 }
