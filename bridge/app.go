@@ -195,6 +195,7 @@ func (b *Bridge) handleInvoke(c echo.Context, app *config.App, body []byte, kind
 		return jsonError(c, http.StatusTooManyRequests, "Too many calls in flight")
 	}
 	defer b.flight.release(key)
+	b.observeStart(au)
 	b.met.flight(app.ID, 1)
 	defer b.met.flight(app.ID, -1)
 	timeout := req.Timeout
@@ -335,6 +336,7 @@ func statusSuffix(result []byte) (string, bool) {
 func (b *Bridge) auditCall(au *callAudit) {
 	lat := b.now().Sub(au.start)
 	b.met.call(au.key.App, au.kind, au.tool, au.inManifest, au.status, lat)
+	b.observeEnd(au, lat)
 	attrs := []slog.Attr{
 		slog.String("app", au.key.App), slog.String("user", au.key.User),
 		slog.String("conversation", au.key.Conversation), slog.String("call_id", au.id),

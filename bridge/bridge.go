@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -91,6 +92,7 @@ type Bridge struct {
 	pageRate  *limiter
 	callRate  *limiter
 	flight    *inflight
+	obs       atomic.Pointer[observerBox] // the console's, nil unless one is open (observe.go)
 	closing   chan struct{}
 	closeOnce sync.Once
 	done      chan struct{}

@@ -9,6 +9,7 @@ type Config struct {
 	Apps    []App   `mapstructure:"apps"`
 	Scaling Scaling `mapstructure:"scaling"`
 	Metrics Metrics `mapstructure:"metrics"`
+	Console Console `mapstructure:"console"`
 
 	// byID and byKey index Apps for AppByID and AppByKey. Validate builds them, so they point
 	// into Apps: the Config is read-only once Load (or Validate) has returned.
@@ -60,6 +61,13 @@ type Scaling struct {
 	RedisURL string `mapstructure:"redis_url"`
 	// Channel is the pub/sub channel name prefix (default "reverb").
 	Channel string `mapstructure:"channel"`
+}
+
+// Console is the embedded debug console at {server.path}/console (off by default). Token is
+// the login secret; start-up refuses an enabled console without one.
+type Console struct {
+	Enabled bool   `mapstructure:"enabled"`
+	Token   string `mapstructure:"token"`
 }
 
 // Client-event policies, Reverb's names.

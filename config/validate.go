@@ -60,6 +60,9 @@ func (c *Config) Validate() error {
 	c.validateServer(v)
 	c.validateScaling(v)
 	c.validateOps(v)
+	if c.Console.Enabled && strings.TrimSpace(c.Console.Token) == "" {
+		v.add("console.token", "is required when console.enabled is true")
+	}
 
 	if len(c.Apps) == 0 {
 		v.add("apps", "at least one app is required (in the config file or via REVERB_APP_ID, REVERB_APP_KEY and REVERB_APP_SECRET)")

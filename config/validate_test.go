@@ -52,6 +52,8 @@ func TestValidationErrors(t *testing.T) {
 		{"toolmark negative", minimal + "    toolmark: {max_timeout_ms: -1}\n", "apps[0].toolmark.max_timeout_ms: must be > 0"},
 		{"scaling without url", "scaling: {enabled: true}\n" + minimal, "scaling.redis_url: required when scaling.enabled is true"},
 		{"redis url scheme", "scaling: {redis_url: 'http://x'}\n" + minimal, `scaling.redis_url: scheme must be redis, rediss or unix, got "http"`},
+		{"console without token", "console: {enabled: true}\n" + minimal, "console.token: is required when console.enabled is true"},
+		{"console blank token", "console: {enabled: true, token: '  '}\n" + minimal, "console.token: is required"},
 		{"empty origin", minimal + "    allowed_origins: ['*', '']\n", "apps[0].allowed_origins[1]: must not be empty"},
 	}
 	for _, tt := range tests {
@@ -104,6 +106,7 @@ func TestValidateAcceptsGoodValues(t *testing.T) {
 	yaml := `
 server: {port: 443, path: /ws, tls: {cert: c.pem, key: k.pem}}
 scaling: {enabled: true, redis_url: "rediss://u:p@redis:6380/2"}
+console: {enabled: true, token: s3cret-console-token}
 apps:
   - app_id: "1"
     key: k1
@@ -121,7 +124,7 @@ apps:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.AppByID("2").AcceptClientEventsFrom != ClientEventsNone || c.Server.Path != "/ws" {
+	if c.AppByID("2").AcceptClientEventsFrom != ClientEventsNone || c.Server.Path != "/ws" || !c.Console.Enabled || c.Console.Token != "s3cret-console-token" {
 		t.Fatalf("%+v", c)
 	}
 }

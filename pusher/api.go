@@ -208,6 +208,7 @@ func (s *Server) handleEvents(c echo.Context) error {
 		if err := s.publish(ctx, app.cfg.ID, ch, ev.Name, data, ev.SocketID); err != nil {
 			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
 		}
+		s.observeTrigger(app.cfg.ID, ObservedAPI, ch, ev.Name, data, ev.SocketID)
 	}
 	if ev.Info == "" {
 		return c.JSON(http.StatusOK, struct{}{})
@@ -257,6 +258,7 @@ func (s *Server) handleBatch(c echo.Context) error {
 		if err := s.publish(ctx, app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID); err != nil {
 			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
 		}
+		s.observeTrigger(app.cfg.ID, ObservedAPI, p.chans[0], ev.Name, p.data, ev.SocketID)
 	}
 	if !withInfo {
 		return c.JSON(http.StatusOK, map[string]any{"batch": struct{}{}})

@@ -19,6 +19,7 @@ const (
 // handle dispatches one client frame. Bad input gets a pusher:error; the socket stays open.
 func (c *Conn) handle(raw []byte) {
 	c.app.stats.clientMessages.Add(1)
+	c.observeIn()
 	m, err := DecodeClientMessage(raw)
 	if err != nil {
 		c.sendError(codeInvalidMessage, "Invalid message format")
@@ -262,6 +263,7 @@ func (c *Conn) addSub(name string, sub subscription) {
 	}
 	c.subs[name] = sub
 	c.subsMu.Unlock()
+	c.observeSub(name, true)
 }
 
 func (c *Conn) unsubscribe(name string) {
@@ -300,6 +302,7 @@ func (c *Conn) leave(name string, sub subscription) {
 	s := c.srv
 	appID := c.app.cfg.ID
 	remaining, _ := s.reg.Unsubscribe(appID, name, c.socketID)
+	c.observeSub(name, false)
 	if sub.userID != "" {
 		ctx := context.Background()
 		last, err := s.reg.Presence().Leave(ctx, appID, name, c.socketID, sub.userID)
@@ -364,6 +367,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 		ev["user_id"] = sub.userID
 	}
 	c.srv.emit(cfg.ID, ev)
+	c.observeClientEvent(m.Channel, m.Event, data)
 }
 
 // signin handles pusher:signin (user authentication).

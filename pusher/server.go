@@ -26,7 +26,8 @@ import (
 type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
-	stats appStats // metrics.go
+	stats appStats    // metrics.go
+	obs   appCounters // counted only while a console observes (observe.go)
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -78,6 +79,7 @@ type Server struct {
 	pollers  pollerSet
 	stats    serverStats // metrics.go
 
+	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
 	draining atomic.Bool
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -227,6 +229,7 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
 	s.countPublished(appID, event)
+	s.observeOut(appID)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})

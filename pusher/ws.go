@@ -86,6 +86,7 @@ func (s *Server) register(c *Conn) bool {
 	s.activeMu.Unlock()
 	c.lastActivity.Store(s.now().UnixNano())
 	app.stats.opened.Add(1)
+	c.observeOpen()
 	return true
 }
 
@@ -305,6 +306,7 @@ func (c *Conn) cleanup() {
 	}
 	c.app.conns.Add(-1)
 	c.app.stats.closed[c.closeReason()].Add(1)
+	c.observeClose()
 	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
 }
 

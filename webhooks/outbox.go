@@ -192,6 +192,7 @@ func (ob *outbox) deliver(batch []json.RawMessage) {
 	for attempt := 1; ; attempt++ {
 		key, secret := ob.creds()
 		err := ob.post(body, key, sign(secret, body))
+		ob.observe(n, attempt, err)
 		if err == nil {
 			d.sent.Add(uint64(n))
 			d.batches.Add(1)

@@ -129,6 +129,7 @@ type Dispatcher struct {
 	sent, batches, failed, dropped atomic.Uint64
 	pending                        atomic.Int64
 	retried                        atomic.Uint64
+	obs                            atomic.Pointer[observerBox] // the console's (observe.go)
 }
 
 // route sends an app's events to one outbox; types nil means every event name.

@@ -31,6 +31,7 @@ import (
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/console"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
 )
@@ -125,6 +126,23 @@ type emitter struct{ d *webhooks.Dispatcher }
 
 func (e emitter) Emit(appID string, ev map[string]any) { e.d.Emit(appID, webhooks.Event(ev)) }
 
+// newConsole builds the debug console when console.enabled, else nil.
+func newConsole(cfg *config.Config, srv *pusher.Server, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, logger *slog.Logger) *console.Console {
+	if !cfg.Console.Enabled {
+		return nil
+	}
+	ids := make([]string, len(cfg.Apps))
+	for i := range cfg.Apps {
+		ids[i] = cfg.Apps[i].ID
+	}
+	node := ""
+	if cl != nil {
+		node = cl.node
+	}
+	logger.Info("console enabled", "path", cfg.Server.Path+"/console")
+	return console.New(console.Options{Token: cfg.Console.Token, Apps: ids, Node: node, Server: srv, Bridge: br, Webhooks: hooks, Logger: logger})
+}
+
 // appDirectory gives the bridge app lookups over the validated config.
 type appDirectory struct{ cfg *config.Config }
 
@@ -146,6 +164,7 @@ type node struct {
 	br    *bridge.Bridge
 	cl    *cluster // nil on a single node
 	hooks *webhooks.Dispatcher
+	con   *console.Console // nil unless console.enabled
 	log   *slog.Logger
 }
 
@@ -193,7 +212,11 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	e.Use(srv.HTTPMetrics(prefix))
 	srv.Routes(e, prefix)
 	br.Register(e.Group(prefix), prefix)
-	n := &node{e: e, srv: srv, br: br, cl: cl, hooks: hooks, log: logger}
+	con := newConsole(cfg, srv, br, hooks, cl, logger)
+	if con != nil {
+		con.Register(e, prefix)
+	}
+	n := &node{e: e, srv: srv, br: br, cl: cl, hooks: hooks, con: con, log: logger}
 	registerNodeMetrics(metrics, n)
 	mountMetrics(e, cfg, metrics, logger)
 	return n, nil
@@ -212,6 +235,9 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 	}
 	wg.Wait()
 	n.br.Close() // may still publish cancels, so before the cluster closes
+	if n.con != nil {
+		n.con.Close()
+	}
 	n.release(ctx)
 }
 
