@@ -8,8 +8,8 @@ type Config struct {
 	Server  Server  `mapstructure:"server"`
 	Apps    []App   `mapstructure:"apps"`
 	Scaling Scaling `mapstructure:"scaling"`
-	Metrics Metrics `mapstructure:"metrics"`
 	Console Console `mapstructure:"console"`
+	Metrics Metrics `mapstructure:"metrics"`
 
 	// byID and byKey index Apps for AppByID and AppByKey. Validate builds them, so they point
 	// into Apps: the Config is read-only once Load (or Validate) has returned.
@@ -121,6 +121,9 @@ type Toolmark struct {
 type Webhook struct {
 	URL        string   `mapstructure:"url"`
 	EventTypes []string `mapstructure:"event_types"`
+	// Headers are sent with every POST to URL, e.g. {Authorization: "Bearer ..."} for a
+	// receiver behind a gateway. They cannot replace the headers the signature relies on.
+	Headers map[string]string `mapstructure:"headers"`
 }
 
 // IsEnabled reports the effective enabled flag.

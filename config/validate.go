@@ -59,10 +59,10 @@ func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateServer(v)
 	c.validateScaling(v)
-	c.validateOps(v)
 	if c.Console.Enabled && strings.TrimSpace(c.Console.Token) == "" {
 		v.add("console.token", "is required when console.enabled is true")
 	}
+	c.validateOps(v)
 
 	if len(c.Apps) == 0 {
 		v.add("apps", "at least one app is required (in the config file or via REVERB_APP_ID, REVERB_APP_KEY and REVERB_APP_SECRET)")
@@ -180,6 +180,7 @@ func (a *App) validate(v *validator, p string) {
 				v.add(fmt.Sprintf("%s.event_types[%d]", wp, k), "unknown event type %q (known: %s)", et, strings.Join(WebhookEventTypes, ", "))
 			}
 		}
+		checkWebhookHeaders(v, wp+".headers", w.Headers)
 	}
 }
 

@@ -43,6 +43,12 @@ func TestValidationErrors(t *testing.T) {
 		{"webhook ftp", minimal + "    webhooks: [{url: 'ftp://x/y'}]\n", "apps[0].webhooks[0].url: must be an absolute http(s) URL"},
 		{"webhook relative", minimal + "    webhooks: [{url: 'http://ok'}, {url: '/hook'}]\n", "apps[0].webhooks[1].url"},
 		{"webhook empty", minimal + "    webhooks: [{url: ''}]\n", "apps[0].webhooks[0].url"},
+		{"webhook header reserved", minimal + "    webhooks: [{url: 'https://x', headers: {X-Pusher-Signature: forged}}]\n",
+			"apps[0].webhooks[0].headers.x-pusher-signature: is set by the server"},
+		{"webhook header bad name", minimal + "    webhooks: [{url: 'https://x', headers: {'a b': v}}]\n",
+			`apps[0].webhooks[0].headers: "a b" is not a valid header name`},
+		{"webhook header newline", minimal + "    webhooks: [{url: 'https://x', headers: {X-Token: \"a\\r\\nX-Evil: 1\"}}]\n",
+			"apps[0].webhooks[0].headers.x-token: value must not contain control characters"},
 		{"webhook event type", minimal + "    webhooks: [{url: 'https://x', event_types: [channel_ocupied]}]\n",
 			`apps[0].webhooks[0].event_types[0]: unknown event type "channel_ocupied"`},
 		{"toolmark call > max", minimal + "    toolmark: {call_timeout_ms: 700000}\n",
@@ -116,7 +122,7 @@ apps:
     client_event_rate_limit: 0
     toolmark: {call_timeout_ms: 600000}
     webhooks:
-      - {url: "https://hooks.example.com/pusher"}
+      - {url: "https://hooks.example.com/pusher", headers: {Authorization: "Bearer t0k", X-Tenant: acme}}
       - {url: "http://127.0.0.1:9/x", event_types: [channel_occupied, channel_vacated, member_added, member_removed, client_event, cache_miss, subscription_count, toolmark_confirmed]}
   - {app_id: "2", key: k2, secret: s2, accept_client_events_from: none}
 `

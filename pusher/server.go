@@ -26,8 +26,8 @@ import (
 type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
-	stats appStats    // metrics.go
 	obs   appCounters // counted only while a console observes (observe.go)
+	stats appStats    // metrics.go
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -228,8 +228,8 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 }
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
-	s.countPublished(appID, event)
 	s.observeOut(appID)
+	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
@@ -243,7 +243,9 @@ func (s *Server) MemberGone(appID, channel, userID string) {
 	if err := s.publish(context.Background(), appID, channel, "pusher_internal:member_removed", removed, ""); err != nil {
 		s.log.Warn("member_removed not published to other nodes", "app", appID, "channel", channel, "error", err)
 	}
-	s.emit(appID, map[string]any{"name": "member_removed", "channel": channel, "user_id": userID})
+	if s.wants(appID, "member_removed") {
+		s.emit(appID, map[string]any{"name": "member_removed", "channel": channel, "user_id": userID})
+	}
 }
 
 // Shutdown tells every client to reconnect (4200) and waits until their sockets are closed

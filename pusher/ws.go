@@ -85,8 +85,8 @@ func (s *Server) register(c *Conn) bool {
 	s.active.Add(1)
 	s.activeMu.Unlock()
 	c.lastActivity.Store(s.now().UnixNano())
-	app.stats.opened.Add(1)
 	c.observeOpen()
+	app.stats.opened.Add(1)
 	return true
 }
 
@@ -305,8 +305,8 @@ func (c *Conn) cleanup() {
 		s.sockets.unbindUser(c.app.cfg.ID, user, c)
 	}
 	c.app.conns.Add(-1)
-	c.app.stats.closed[c.closeReason()].Add(1)
 	c.observeClose()
+	c.app.stats.closed[c.closeReason()].Add(1)
 	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
 }
 

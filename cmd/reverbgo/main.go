@@ -126,6 +126,9 @@ type emitter struct{ d *webhooks.Dispatcher }
 
 func (e emitter) Emit(appID string, ev map[string]any) { e.d.Emit(appID, webhooks.Event(ev)) }
 
+// Wants lets producers skip building events no webhook takes (pusher.Wanter).
+func (e emitter) Wants(appID, name string) bool { return e.d.Wants(appID, name) }
+
 // newConsole builds the debug console when console.enabled, else nil.
 func newConsole(cfg *config.Config, srv *pusher.Server, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, logger *slog.Logger) *console.Console {
 	if !cfg.Console.Enabled {
@@ -169,18 +172,22 @@ type node struct {
 }
 
 func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) (*node, error) {
-	hooks := webhooks.New(webhooks.Options{Logger: logger})
-	hooks.SetApps(cfg.Apps)
-
-	opts := pusher.Options{Config: cfg, Logger: logger, Webhooks: emitter{hooks}}
+	opts := pusher.Options{Config: cfg, Logger: logger}
 	var store bridge.Store // nil = the bridge's own memory store
 	var cl *cluster
+	hookOpts := webhooks.Options{Logger: logger}
 	if cfg.Scaling.Enabled {
 		var err error
 		if cl, err = newCluster(cfg, logger); err != nil {
-			_ = hooks.Close(context.Background())
 			return nil, err
 		}
+		// The outbox and the occupancy/hold decisions are cluster-wide (webhooks.RedisStore).
+		hookOpts.Store, hookOpts.NodeID = webhooks.NewRedisStore(cl.rdb, cl.prefix, cl.node), cl.node
+	}
+	hooks := webhooks.New(hookOpts)
+	hooks.SetApps(cfg.Apps)
+	opts.Webhooks = emitter{hooks}
+	if cl != nil {
 		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
 		opts.Health = cl.health
 		opts.Cluster = cl.occ
@@ -191,6 +198,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		logger.Info("scaling: single node (in memory)")
 	}
 	srv := pusher.NewServer(opts)
+	hooks.SetCounter(srv.SubscriptionCount)
 	if cl != nil {
 		cl.start(opts.Registry, srv.MemberGone)
 	}
@@ -243,10 +251,18 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 
 // release frees what newNode acquired besides the server and the bridge.
 func (n *node) release(ctx context.Context) {
-	if n.cl != nil {
-		n.cl.close(n.log)
+	// With scaling, the webhooks close between presence (whose last leaves they hear) and
+	// the Redis client (which their outbox needs).
+	closeHooks := func() {
+		if err := n.hooks.Close(ctx); err != nil {
+			n.log.Warn("webhooks not all settled at shutdown", "error", err)
+		}
 	}
-	_ = n.hooks.Close(ctx)
+	if n.cl != nil {
+		n.cl.close(n.log, closeHooks)
+	} else {
+		closeHooks()
+	}
 }
 
 func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {

@@ -20,6 +20,7 @@ type cluster struct {
 	rdb      *redis.Client
 	addr     string
 	node     string
+	prefix   string // of every key this cluster keeps in Redis
 	broker   *channels.RedisBroker
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
@@ -52,6 +53,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		channel = channels.DefaultScalingChannel
 	}
 	prefix := channels.DefaultRedisPrefix + channel + ":"
+	c.prefix = prefix
 	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{Channel: channel, NodeID: c.node, Logger: logger}); err != nil {
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
@@ -94,14 +96,15 @@ func (c *cluster) health(ctx context.Context) map[string]string {
 }
 
 // close runs after the pusher server and the bridge have shut down: occupancy's last batch,
-// presence (it
-// reaps this node's leftovers and announces them through the still-open broker), then the
+// presence (it reaps this node's leftovers and announces them through the still-open
+// broker), then beforeRedis (the webhooks hand what they hold to Redis), then the
 // subscriptions, then the client.
-func (c *cluster) close(logger *slog.Logger) {
+func (c *cluster) close(logger *slog.Logger, beforeRedis func()) {
 	c.occ.Close()
 	if err := c.presence.Close(); err != nil {
 		logger.Warn("presence cleanup on shutdown failed; survivors will reap this node", "error", err, "node", c.node)
 	}
+	beforeRedis()
 	_ = c.store.Close()
 	_ = c.broker.Close()
 	_ = c.rdb.Close()
