@@ -115,7 +115,25 @@ type Toolmark struct {
 	Enabled       bool `mapstructure:"enabled"`
 	CallTimeoutMS int  `mapstructure:"call_timeout_ms"` // default 30000
 	MaxTimeoutMS  int  `mapstructure:"max_timeout_ms"`  // default 600000
+	// PageAuth is how the page's POSTs authenticate: "token" (default) requires the
+	// X-Toolmark-Token the server sends on the page's channel as toolmark.session;
+	// "socket_id" accepts the socket id alone (weaker: the id leaks through headers and logs).
+	PageAuth string `mapstructure:"page_auth"`
+	// MCP serves the app's page tools at {server.path}/toolmark/mcp (needs Enabled too).
+	MCP ToolmarkMCP `mapstructure:"mcp"`
 }
+
+// ToolmarkMCP configures the MCP endpoint for one app: MCP clients authenticate with an HS256
+// JWT signed with the app's secret (iss = the app's key).
+type ToolmarkMCP struct {
+	Enabled bool `mapstructure:"enabled"` // default false: the endpoint answers 403 for this app
+}
+
+// Page authentication modes (toolmark.page_auth).
+const (
+	PageAuthToken    = "token"
+	PageAuthSocketID = "socket_id"
+)
 
 // Webhook is one receiver. Empty EventTypes means every event.
 type Webhook struct {

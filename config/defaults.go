@@ -70,6 +70,9 @@ func (a *App) applyDefaults() {
 	setInt(&a.MaxBatchSize, DefaultMaxBatchSize)
 	setInt(&a.Toolmark.CallTimeoutMS, DefaultCallTimeoutMS)
 	setInt(&a.Toolmark.MaxTimeoutMS, DefaultMaxTimeoutMS)
+	if a.Toolmark.PageAuth == "" {
+		a.Toolmark.PageAuth = PageAuthToken
+	}
 	if a.AcceptClientEventsFrom == "" {
 		a.AcceptClientEventsFrom = ClientEventsMembers
 	}

@@ -170,6 +170,12 @@ func (a *App) validate(v *validator, p string) {
 		v.add(p+".toolmark.call_timeout_ms", "must not exceed toolmark.max_timeout_ms (%d), got %d", t.MaxTimeoutMS, t.CallTimeoutMS)
 	}
 
+	switch t.PageAuth {
+	case PageAuthToken, PageAuthSocketID:
+	default:
+		v.add(p+".toolmark.page_auth", "must be one of token, socket_id, got %q", t.PageAuth)
+	}
+
 	for j, w := range a.Webhooks {
 		wp := fmt.Sprintf("%s.webhooks[%d]", p, j)
 		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -32,6 +32,7 @@ import (
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/console"
+	"github.com/reverbgo/reverbgo/mcp"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
 )
@@ -151,6 +152,8 @@ type appDirectory struct{ cfg *config.Config }
 
 func (a appDirectory) AppByID(id string) *config.App { return a.cfg.AppByID(id) }
 
+func (a appDirectory) AppByKey(key string) *config.App { return a.cfg.AppByKey(key) }
+
 func (a appDirectory) AllApps() []*config.App {
 	out := make([]*config.App, len(a.cfg.Apps))
 	for i := range a.cfg.Apps {
@@ -165,15 +168,19 @@ type node struct {
 	e     *echo.Echo
 	srv   *pusher.Server
 	br    *bridge.Bridge
+	mcp   *mcp.Server
 	cl    *cluster // nil on a single node
 	hooks *webhooks.Dispatcher
-	con   *console.Console // nil unless console.enabled
+	con   *console.Console    // nil unless console.enabled
+	mem   *bridge.MemoryStore // the single node's bridge store; nil with scaling
 	log   *slog.Logger
 }
 
 func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) (*node, error) {
 	opts := pusher.Options{Config: cfg, Logger: logger}
-	var store bridge.Store // nil = the bridge's own memory store
+	var store bridge.Store
+	var feed bridge.ManifestFeed
+	var memStore *bridge.MemoryStore // closed on release when single node
 	var cl *cluster
 	hookOpts := webhooks.Options{Logger: logger}
 	if cfg.Scaling.Enabled {
@@ -191,12 +198,17 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
 		opts.Health = cl.health
 		opts.Cluster = cl.occ
-		store = cl.store
+		store, feed = cl.store, cl.feed
 		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "node", cl.node)
 	} else {
 		opts.Registry = channels.NewRegistry(channels.Options{})
+		mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
+		store, feed, memStore = mem, bridge.NewLocalFeed(), mem
 		logger.Info("scaling: single node (in memory)")
 	}
+	// Stored manifests and raised revs are announced (cluster-wide with Redis) for MCP's
+	// notifications/tools/list_changed.
+	store = bridge.WithManifestFeed(store, feed)
 	srv := pusher.NewServer(opts)
 	hooks.SetCounter(srv.SubscriptionCount)
 	if cl != nil {
@@ -211,6 +223,12 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		Logger:    logger,
 		Metrics:   metrics,
 	})
+	for i := range cfg.Apps {
+		if a := &cfg.Apps[i]; a.Toolmark.Enabled && a.Toolmark.PageAuth == config.PageAuthSocketID {
+			logger.Warn("toolmark.page_auth is socket_id: a leaked socket id can speak for the page; use token",
+				"app", a.ID)
+		}
+	}
 
 	e := echo.New()
 	e.HideBanner = true
@@ -219,12 +237,15 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	prefix := cfg.Server.Path
 	e.Use(srv.HTTPMetrics(prefix))
 	srv.Routes(e, prefix)
-	br.Register(e.Group(prefix), prefix)
+	g := e.Group(prefix)
+	br.Register(g, prefix)
+	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger})
+	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
 	con := newConsole(cfg, srv, br, hooks, cl, logger)
 	if con != nil {
 		con.Register(e, prefix)
 	}
-	n := &node{e: e, srv: srv, br: br, cl: cl, hooks: hooks, con: con, log: logger}
+	n := &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, con: con, log: logger}
 	registerNodeMetrics(metrics, n)
 	mountMetrics(e, cfg, metrics, logger)
 	return n, nil
@@ -237,6 +258,7 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.srv.Shutdown(ctx) }() // every client gets 4200
+	n.mcp.Close()                                            // MCP sessions end their GET streams
 	if beforeClose != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); beforeClose(ctx) }()
@@ -262,6 +284,9 @@ func (n *node) release(ctx context.Context) {
 		n.cl.close(n.log, closeHooks)
 	} else {
 		closeHooks()
+	}
+	if n.mem != nil {
+		_ = n.mem.Close()
 	}
 }
 
