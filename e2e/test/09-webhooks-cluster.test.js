@@ -16,7 +16,7 @@ const { cleanup, uid, eventually, sleep } = require('../lib/util');
 
 const HOLD_MS = 3000;
 // A killed node's outbox lease (15 s) must expire before another node takes it over.
-const TAKEOVER_MS = 30000;
+const TAKEOVER_MS = 45000; // 15 s lease, then a poll and the retry backoff, on a loaded machine
 
 async function startRedis() {
   const port = await freePort();
@@ -176,6 +176,12 @@ describe('webhooks across a cluster', () => {
       const got = named('/client', (e) => e.channel === name).map((e) => JSON.parse(e.data).i).sort((x, y) => x - y);
       assert.deepEqual(got, [0, 1, 2, 3, 4], 'each exactly once');
       for (const e of named('/client', (x) => x.channel === name)) assert.equal(valid(e.post, a), true);
+      // The victim's channel had no other subscriber: vacated once, by a survivor (after the
+      // hold on SIGTERM; once the dead node's heartbeat is 10 s old on SIGKILL).
+      await eventually(() => named('/all', (e) => e.channel === name && e.name === 'channel_vacated').length === 1,
+        { ms: TAKEOVER_MS, what: 'channel_vacated of the stopped node\'s channel' });
+      await sleep(1500);
+      assert.deepEqual(named('/all', (e) => e.channel === name).map((e) => e.name), ['channel_occupied', 'channel_vacated']);
     });
   }
 });
