@@ -2,7 +2,6 @@ package channels_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/channels/channelstest"
+	"github.com/reverbgo/reverbgo/internal/testenv"
 )
 
 // backend is a Redis the shared suites run against: miniredis always, a real server when
@@ -38,7 +38,7 @@ func backends(t *testing.T) []backend {
 		t.Cleanup(func() { _ = rdb.Close() })
 		return rdb
 	}}}
-	if u := os.Getenv("REVERBGO_TEST_REDIS_URL"); u != "" {
+	if u := testenv.RedisURL(t); u != "" {
 		opt, err := redis.ParseURL(u)
 		if err != nil {
 			t.Fatal(err)
@@ -286,6 +286,7 @@ func TestRedisOccupancy(t *testing.T) {
 			}
 			regs[0].Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
 			regs[1].Subscribe("app", "news", &channelstest.Sink{ID: "2.1"})
+			occs[1].SetCredential("app", "private-toolmark.u1.c1", "2.1", "abc123")
 			regs[1].Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "2.1"})
 			regs[1].Subscribe("app2", "news", &channelstest.Sink{ID: "2.2"})
 			waitUntil(t, "counts from both nodes", func() bool {
@@ -297,7 +298,7 @@ func TestRedisOccupancy(t *testing.T) {
 				t.Fatalf("channels = %+v %v", list, err)
 			}
 			app, chans, ok, err := occs[0].Socket(ctx, "2.1")
-			if err != nil || !ok || app != "app" || len(chans) != 1 || chans[0] != "private-toolmark.u1.c1" {
+			if err != nil || !ok || app != "app" || len(chans) != 1 || chans["private-toolmark.u1.c1"] != "abc123" {
 				t.Fatalf("socket 2.1 from node A: %q %q %v %v", app, chans, ok, err)
 			}
 			if _, _, ok, _ := occs[0].Socket(ctx, "1.1"); ok {

@@ -59,6 +59,10 @@ func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateServer(v)
 	c.validateScaling(v)
+	if c.Console.Enabled && strings.TrimSpace(c.Console.Token) == "" {
+		v.add("console.token", "is required when console.enabled is true")
+	}
+	c.validateOps(v)
 
 	if len(c.Apps) == 0 {
 		v.add("apps", "at least one app is required (in the config file or via REVERB_APP_ID, REVERB_APP_KEY and REVERB_APP_SECRET)")
@@ -164,6 +168,12 @@ func (a *App) validate(v *validator, p string) {
 	v.positive(p+".toolmark.max_timeout_ms", int64(t.MaxTimeoutMS))
 	if t.CallTimeoutMS > t.MaxTimeoutMS && t.MaxTimeoutMS > 0 {
 		v.add(p+".toolmark.call_timeout_ms", "must not exceed toolmark.max_timeout_ms (%d), got %d", t.MaxTimeoutMS, t.CallTimeoutMS)
+	}
+
+	switch t.PageAuth {
+	case PageAuthToken, PageAuthSocketID:
+	default:
+		v.add(p+".toolmark.page_auth", "must be one of token, socket_id, got %q", t.PageAuth)
 	}
 
 	for j, w := range a.Webhooks {

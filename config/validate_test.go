@@ -27,6 +27,7 @@ func TestValidationErrors(t *testing.T) {
 		{"bad enum", minimal + app2 + ", accept_client_events_from: everyone}\n",
 			"apps[1].accept_client_events_from: must be one of members, all, none"},
 		{"enum is case-sensitive", minimal + "    accept_client_events_from: Members\n", "apps[0].accept_client_events_from"},
+		{"bad page_auth", minimal + "    toolmark: {page_auth: none}\n", "apps[0].toolmark.page_auth: must be one of token, socket_id"},
 		{"negative max_connections", minimal + "    max_connections: -1\n", "apps[0].max_connections: must be >= 0"},
 		{"negative max_message_size", minimal + "    max_message_size: -1\n", "apps[0].max_message_size: must be > 0"},
 		{"negative rate limit", minimal + "    client_event_rate_limit: -1\n", "apps[0].client_event_rate_limit: must be >= 0"},
@@ -58,6 +59,8 @@ func TestValidationErrors(t *testing.T) {
 		{"toolmark negative", minimal + "    toolmark: {max_timeout_ms: -1}\n", "apps[0].toolmark.max_timeout_ms: must be > 0"},
 		{"scaling without url", "scaling: {enabled: true}\n" + minimal, "scaling.redis_url: required when scaling.enabled is true"},
 		{"redis url scheme", "scaling: {redis_url: 'http://x'}\n" + minimal, `scaling.redis_url: scheme must be redis, rediss or unix, got "http"`},
+		{"console without token", "console: {enabled: true}\n" + minimal, "console.token: is required when console.enabled is true"},
+		{"console blank token", "console: {enabled: true, token: '  '}\n" + minimal, "console.token: is required"},
 		{"empty origin", minimal + "    allowed_origins: ['*', '']\n", "apps[0].allowed_origins[1]: must not be empty"},
 	}
 	for _, tt := range tests {
@@ -110,6 +113,7 @@ func TestValidateAcceptsGoodValues(t *testing.T) {
 	yaml := `
 server: {port: 443, path: /ws, tls: {cert: c.pem, key: k.pem}}
 scaling: {enabled: true, redis_url: "rediss://u:p@redis:6380/2"}
+console: {enabled: true, token: s3cret-console-token}
 apps:
   - app_id: "1"
     key: k1
@@ -127,7 +131,7 @@ apps:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.AppByID("2").AcceptClientEventsFrom != ClientEventsNone || c.Server.Path != "/ws" {
+	if c.AppByID("2").AcceptClientEventsFrom != ClientEventsNone || c.Server.Path != "/ws" || !c.Console.Enabled || c.Console.Token != "s3cret-console-token" {
 		t.Fatalf("%+v", c)
 	}
 }

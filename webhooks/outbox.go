@@ -242,6 +242,7 @@ func (ob *outbox) deliver(batch [][]byte) bool {
 		}
 		key, secret, headers := ob.creds()
 		err := ob.post(body, key, sign(secret, body), headers)
+		ob.observe(n, attempt, err)
 		if err == nil {
 			d.sent.Add(uint64(n))
 			d.batches.Add(1)

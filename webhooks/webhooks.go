@@ -208,8 +208,9 @@ type Dispatcher struct {
 	wg      sync.WaitGroup
 
 	sent, batches, failed, retried, dropped atomic.Uint64
-	sharedSize                              atomic.Int64 // shared store: total as of the last poll
-	overflowLogged, storeErrLogged          atomic.Int64 // unix nanos of the last such log
+	sharedSize                              atomic.Int64                // shared store: total as of the last poll
+	overflowLogged, storeErrLogged          atomic.Int64                // unix nanos of the last such log
+	obs                                     atomic.Pointer[observerBox] // the console's (observe.go)
 }
 
 // New returns a Dispatcher with no apps; call SetApps before events are expected.

@@ -25,6 +25,7 @@ type cluster struct {
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
 	store    *bridge.RedisStore
+	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
 	// gone is set to the pusher server's MemberGone before presence.Start.
 	gone func(app, channel, user string)
 }
@@ -76,6 +77,14 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: bridge store: %w", err)
 	}
+	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, prefix+"toolmark:", logger); err != nil {
+		_ = c.store.Close()
+		c.occ.Close()
+		_ = c.presence.Close()
+		_ = c.broker.Close()
+		_ = c.rdb.Close()
+		return nil, fmt.Errorf("scaling: toolmark manifest feed: %w", err)
+	}
 	return c, nil
 }
 
@@ -105,6 +114,7 @@ func (c *cluster) close(logger *slog.Logger, beforeRedis func()) {
 		logger.Warn("presence cleanup on shutdown failed; survivors will reap this node", "error", err, "node", c.node)
 	}
 	beforeRedis()
+	_ = c.feed.Close()
 	_ = c.store.Close()
 	_ = c.broker.Close()
 	_ = c.rdb.Close()
