@@ -4,7 +4,8 @@
 // (a user leaving through node A and rejoining through node B within the hold sends
 // nothing), each event is delivered by one node, and the outbox lives in Redis: a node
 // stopped with SIGTERM or killed with SIGKILL while its receiver is down loses none of its
-// queued events, and none is delivered twice.
+// queued events (client_event, and a toolmark_confirmed from the Toolmark bridge), and none
+// is delivered twice.
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
@@ -13,6 +14,8 @@ const { Wire } = require('../lib/wire');
 const { sdk } = require('../lib/clients');
 const { startHookReceiver } = require('../lib/hookreceiver');
 const { cleanup, uid, eventually, sleep } = require('../lib/util');
+const { startAuthApp } = require('../lib/authapp');
+const { agent, toolmarkChannelPolicy, openPage } = require('../lib/toolmark');
 
 const HOLD_MS = 3000;
 // A killed node's outbox lease (15 s) must expire before another node takes it over.
@@ -69,7 +72,9 @@ before(async () => {
     key: 'whc-key',
     secret: 'whc-secret',
     accept_client_events_from: 'all',
+    toolmark: { enabled: true, call_timeout_ms: 8000, max_timeout_ms: 600000 },
     webhooks: [
+      { url: `${receiver.url}/tm`, event_types: ['toolmark_confirmed'] },
       { url: `${receiver.url}/all`, event_types: ['channel_occupied', 'channel_vacated', 'member_added', 'member_removed'] },
       { url: `${receiver.url}/client`, event_types: ['client_event'] },
     ],
@@ -156,6 +161,38 @@ describe('webhooks across a cluster', () => {
   });
 
   for (const signal of ['SIGTERM', 'SIGKILL']) {
+    test(`a toolmark_confirmed queued by a node stopped with ${signal} is delivered once by a survivor`, async (t) => {
+      const victim = await startNode();
+      const users = { t1: { id: 'u1', conversations: new Set() } };
+      const conv = uid('c');
+      users.t1.conversations.add(conv);
+      const authApp = await startAuthApp({ sdk: sdk(victim, APP), users, deny: toolmarkChannelPolicy });
+      t.after(() => authApp.close());
+      const page = await openPage(victim, { authApp, token: 't1', user: 'u1', conv, app: APP });
+      t.after(() => page.close());
+      const tool = { name: 'notes.create', llmName: 'notes__create', description: 'Create a note', hints: { consequential: true } };
+      assert.equal((await page.manifest(1, [tool])).status, 204);
+      const pending = agent(victim, APP).call({ user_id: 'u1', conversation_id: conv, tool: 'notes.create', input: { title: 'Hi' } });
+      const call = await page.next({ type: 'call' });
+      const confirmId = uid('cf-');
+      assert.equal((await page.result(call.id, { status: 'needs_confirmation', confirmId, summary: 'Create "Hi"' })).status, 204);
+      assert.equal((await pending).status, 200);
+
+      receiver.setDown('/tm', true);
+      const refusedBefore = receiver.postsTo('/tm').length;
+      assert.equal((await page.confirmed(confirmId, { status: 'ok', data: { id: 9 } })).status, 204);
+      await eventually(() => receiver.postsTo('/tm').length > refusedBefore, { ms: 10000, what: 'a refused toolmark_confirmed' });
+      page.close();
+      await victim.stop(signal);
+      receiver.setDown('/tm', false);
+      const mine = () => receiver.events('/tm').filter((e) => e.confirm_id === confirmId);
+      await eventually(() => mine().length >= 1, { ms: TAKEOVER_MS, what: 'the queued toolmark_confirmed, from a survivor' });
+      await sleep(1500);
+      assert.equal(mine().length, 1, 'delivered exactly once');
+      assert.equal(mine()[0].call_id, call.id);
+      assert.equal(valid(mine()[0].post, a), true);
+    });
+
     test(`a node stopped with ${signal} while the receiver is down loses none of its queued events`, async (t) => {
       const name = uid(`pub-${signal}-`);
       const victim = await startNode();
