@@ -135,3 +135,25 @@ func TestHeaders(t *testing.T) {
 		t.Error("a configured header replaced the signature")
 	}
 }
+
+// TestWantsAllocatesNothing: the producers' check costs no allocation, wanted or not.
+func TestWantsAllocatesNothing(t *testing.T) {
+	d := start(t, testOptions(&syncBuffer{}), app("1", "k", "s", hook("http://127.0.0.1:9/a", ChannelOccupied)))
+	if n := testing.AllocsPerRun(1000, func() {
+		_ = d.Wants("1", ChannelOccupied)
+		_ = d.Wants("1", "client_event")
+		_ = d.Wants("other", SubscriptionCount)
+	}); n != 0 {
+		t.Fatalf("Wants allocates %v times per call", n)
+	}
+}
+
+func BenchmarkWants(b *testing.B) {
+	d := New(Options{})
+	d.SetApps([]config.App{app("1", "k", "s", hook("http://127.0.0.1:9/a", ChannelOccupied))})
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = d.Wants("2", ChannelOccupied)
+		}
+	})
+}

@@ -187,6 +187,9 @@ type Dispatcher struct {
 	outboxes map[string]*outbox    // outbox key -> outbox, kept across SetApps
 	counter  func(ctx context.Context, app, channel string) (int, error)
 	closed   bool
+	// wants is what Wants reads without a lock (it runs on every subscribe and leave):
+	// replaced, never changed, under mu by SetApps and SetCounter.
+	wants atomic.Pointer[wantsView]
 
 	ops      chan op // shared store only
 	opsDone  chan struct{}
@@ -297,6 +300,17 @@ func orDefault[T int | time.Duration](v, def T) T {
 	return v
 }
 
+// wantsView is an immutable copy of what Wants needs.
+type wantsView struct {
+	routes  map[string]*appRoutes
+	counter bool
+}
+
+// publishWants replaces the view Wants reads. Caller holds d.mu.
+func (d *Dispatcher) publishWants() {
+	d.wants.Store(&wantsView{routes: d.routes, counter: d.counter != nil})
+}
+
 // route sends an app's events to one outbox; types nil means every event name.
 type route struct {
 	ob    *outbox
@@ -398,6 +412,7 @@ func (d *Dispatcher) SetApps(apps []config.App) {
 		}
 	}
 	d.routes = routes
+	d.publishWants()
 
 	// Forget outboxes that are no longer routed and have nothing left to do, so reloads
 	// cannot grow the map without bound. Busy ones stay until a later SetApps finds them idle.
@@ -413,6 +428,7 @@ func (d *Dispatcher) SetApps(apps []config.App) {
 func (d *Dispatcher) SetCounter(f func(ctx context.Context, app, channel string) (int, error)) {
 	d.mu.Lock()
 	d.counter = f
+	d.publishWants()
 	d.mu.Unlock()
 }
 
@@ -431,11 +447,14 @@ func unionTypes(a, b map[string]struct{}) map[string]struct{} {
 // can skip building it. It is one read-locked map lookup. Paired events want each other:
 // channel_occupied and channel_vacated must both be reported to count occupancy when only
 // one is configured (and cache_miss, once per occupation, needs them too), and
-// member_added and member_removed likewise for the hold.
+// member_added and member_removed likewise for the hold. It takes no lock: one atomic load
+// and one map lookup, so an app without webhooks costs next to nothing on the hot path.
 func (d *Dispatcher) Wants(appID, name string) bool {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	ar := d.routes[appID]
+	v := d.wants.Load()
+	if v == nil {
+		return false
+	}
+	ar := v.routes[appID]
 	if ar == nil {
 		return false
 	}
@@ -445,7 +464,7 @@ func (d *Dispatcher) Wants(appID, name string) bool {
 	case MemberAdded, MemberRemoved:
 		return ar.wants(MemberAdded) || ar.wants(MemberRemoved)
 	case SubscriptionCount:
-		return d.counter != nil && ar.wants(SubscriptionCount)
+		return v.counter && ar.wants(SubscriptionCount)
 	}
 	return ar.wants(name)
 }
