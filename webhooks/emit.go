@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -73,7 +74,8 @@ func (d *Dispatcher) Emit(appID string, ev Event) {
 	case CacheMiss:
 		o.kind = opCacheMiss
 	case SubscriptionCount:
-		if d.counter == nil || !ar.wants(SubscriptionCount) {
+		// As Pusher: every channel type but presence, whose member events carry the count.
+		if d.counter == nil || !ar.wants(SubscriptionCount) || strings.HasPrefix(channel, "presence-") {
 			return
 		}
 		o.kind, o.due = opCount, now.Add(d.countDebounce)

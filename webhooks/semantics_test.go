@@ -49,7 +49,7 @@ func TestPusherSemantics(t *testing.T) {
 				{ev: occ("cache-c")}, {ev: miss("cache-c")}},
 			[]string{"cache_miss:cache-c", "cache_miss:cache-c"}},
 		{"subscription_count debounced", []string{SubscriptionCount},
-			[]step{{ev: count("c")}, {ev: count("c")}, {ev: count("c")}, {ev: count("d"), sleep: 400 * time.Millisecond}, {ev: count("c")}},
+			[]step{{ev: count("c")}, {ev: count("c")}, {ev: count("c")}, {ev: count("d")}, {ev: count("presence-c"), sleep: 400 * time.Millisecond}, {ev: count("c")}},
 			[]string{"subscription_count:c=7", "subscription_count:d=7", "subscription_count:c=7"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
