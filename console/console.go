@@ -211,9 +211,19 @@ func (c *Console) sampler() {
 	}
 }
 
+// sample records the connection counts; the message counters (a walk over the sockets) are
+// read only while a console is open, since nothing counts them otherwise.
 func (c *Console) sample() {
+	c.mu.Lock()
+	observing := c.attached
+	c.mu.Unlock()
 	for _, id := range c.order {
+		conns := c.opts.Server.ConnectionCount(id)
+		if !observing {
+			c.apps[id].sampleIdle(conns)
+			continue
+		}
 		in, out, del := c.opts.Server.Counters(id)
-		c.apps[id].sample(c.opts.Server.ConnectionCount(id), in, out, del)
+		c.apps[id].sample(conns, in, out, del)
 	}
 }

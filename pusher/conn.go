@@ -50,6 +50,7 @@ type Conn struct {
 	paused      bool
 	closing     bool
 	closed      bool
+	delivered   uint64 // frames queued while a console observes (observe.go)
 	reason      CloseReason
 	flushed     chan struct{} // closed once the socket is finished (close frame sent or aborted)
 
@@ -92,10 +93,10 @@ func (c *Conn) Send(frame []byte) {
 	}
 	c.queue = append(c.queue, frame)
 	c.queuedBytes += len(frame)
+	c.observeSendLocked()
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)
-	c.observeSend()
 }
 
 // kick says who must write next after frames were queued.

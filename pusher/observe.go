@@ -50,13 +50,23 @@ func (s *Server) SetObserver(o Observer) {
 }
 
 // Counters returns the app's cumulative client frames in, events published and frames
-// delivered to local sockets, counted while an observer was attached.
+// delivered to local sockets, counted while an observer was attached. Deliveries are summed
+// over the app's live sockets (O(sockets), meant for a once-a-second sampler); a count may
+// dip while a socket closes, so readers take a negative difference as zero.
 func (s *Server) Counters(appID string) (in, out, delivered uint64) {
 	a := s.appsByID[appID]
 	if a == nil {
 		return 0, 0, 0
 	}
-	return a.obs.in.Load(), a.obs.out.Load(), a.obs.delivered.Load()
+	delivered = a.obs.delivered.Load()
+	s.sockets.each(func(c *Conn) {
+		if c.app == a {
+			c.mu.Lock()
+			delivered += c.delivered
+			c.mu.Unlock()
+		}
+	})
+	return a.obs.in.Load(), a.obs.out.Load(), delivered
 }
 
 func (c *Conn) observeIn() {
@@ -65,9 +75,12 @@ func (c *Conn) observeIn() {
 	}
 }
 
-func (c *Conn) observeSend() {
+// observeSendLocked counts a delivery under c.mu, which Send holds anyway: a shared atomic
+// counter would put a contended read-modify-write on every delivery of a fan-out. Counters
+// sums the live sockets once a second instead, and observeClose banks a closing socket's count.
+func (c *Conn) observeSendLocked() {
 	if c.srv.tap.Load() != nil {
-		c.app.obs.delivered.Add(1)
+		c.delivered++
 	}
 }
 
@@ -86,6 +99,10 @@ func (c *Conn) observeOpen() {
 }
 
 func (c *Conn) observeClose() {
+	// Read without c.mu: cleanup ran abort, so closing is set and no Send counts any more.
+	if c.delivered > 0 {
+		c.app.obs.delivered.Add(c.delivered)
+	}
 	if t := c.srv.tap.Load(); t != nil {
 		r := c.closeReason()
 		t.o.Connection(c.app.cfg.ID, c.socketID, false, r.String(), r.Code())
