@@ -10,7 +10,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { chromium } = require('playwright-core');
-const { startServer, freePort } = require('../lib/server');
+const { startServer, freePort, runBinary, writeConfig } = require('../lib/server');
 const { sdk, pusherClient, whenConnected, subscribe, inbox, state } = require('../lib/clients');
 const { startAuthApp } = require('../lib/authapp');
 const { agent, toolmarkChannelPolicy, openPage, startHookReceiver } = require('../lib/toolmark');
@@ -266,4 +266,19 @@ test('with one app configured it is selected at once', async (t) => {
   await p.locator('#live.on').waitFor();
   assert.equal(await p.isHidden('#picker'), true);
   assert.equal(await p.isVisible('#view-overview'), true);
+});
+
+test('start-up refuses an enabled console without a token, naming the key', async (t) => {
+  const cfg = writeConfig({ server: { host: '127.0.0.1', port: await freePort() }, console: { enabled: true, token: '' }, apps: [APP2] });
+  t.after(cfg.remove);
+  const res = await runBinary(['start', '--config', cfg.file]);
+  assert.equal(res.code, 1, res.stderr);
+  assert.match(res.stderr, /console\.token: is required when console\.enabled is true/);
+});
+
+test('a disabled console is not served', async (t) => {
+  const plain = await startServer({ apps: [APP2] });
+  t.after(() => plain.stop());
+  assert.equal((await fetch(`${plain.url}/console`)).status, 404);
+  assert.equal((await fetch(`${plain.url}/console/api/session`)).status, 404);
 });
