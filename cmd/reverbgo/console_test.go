@@ -89,3 +89,44 @@ func TestConsoleInCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownEndsConsoleStreams: an open console stream must not hold graceful shutdown
+// until its timeout (net/http's Shutdown waits for running handlers).
+func TestShutdownEndsConsoleStreams(t *testing.T) {
+	cfg := &config.Config{Apps: []config.App{{ID: appID, Key: appKey, Secret: secret}}, Console: config.Console{Enabled: true, Token: "tok"}}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(nd.e)
+	defer ts.Close()
+	req, _ := http.NewRequest("POST", ts.URL+"/console/login", strings.NewReader("token=tok"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", ts.URL)
+	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil || len(res.Cookies()) != 1 {
+		t.Fatalf("login: %v", err)
+	}
+	res.Body.Close()
+	req, _ = http.NewRequest("GET", ts.URL+"/console/api/stream?app="+appID, nil)
+	req.AddCookie(res.Cookies()[0])
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if _, err := bufio.NewReader(stream.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	nd.shutdown(ctx, func(ctx context.Context) { _ = ts.Config.Shutdown(ctx) })
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("shutdown took %v with a console open", took)
+	}
+}
