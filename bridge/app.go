@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/reverbgo/reverbgo/auth"
@@ -160,6 +159,7 @@ type callAudit struct {
 	key        ConvKey
 	id, tool   string
 	kind       string
+	surface    string // SurfaceAPI or SurfaceMCP
 	status     string
 	reason     string
 	inManifest bool
@@ -172,46 +172,25 @@ func errorResult(msg string) json.RawMessage {
 
 var timeoutResult = json.RawMessage(`{"status":"timeout"}`)
 
-// handleInvoke is the tool-runtime pipeline around one call or describe: validate, rate-limit,
-// execute (bind, broadcast, wait), then audit and metrics.
+// handleInvoke is the signed API's side of the tool-runtime pipeline: decode and validate the
+// request, then invoke (rate-limit, execute, audit and metrics) and write the answer.
 func (b *Bridge) handleInvoke(c echo.Context, app *config.App, body []byte, kind string) error {
 	def, max := appTimeouts(app)
 	req, err := decodeCallRequest(body, kind, max)
 	if err != nil {
 		return jsonError(c, http.StatusUnprocessableEntity, err.Error())
 	}
-	key := ConvKey{App: app.ID, User: req.UserID, Conversation: req.ConversationID}
-	au := &callAudit{key: key, id: uuid.NewString(), tool: req.Tool, kind: kind, start: b.now()}
-	rateKey := key.App + "\x00" + key.User + "\x00" + key.Conversation
-	if !b.callRate.Take(rateKey) {
-		au.status = "rate_limited"
-		b.auditCall(au)
-		return jsonError(c, http.StatusTooManyRequests, "Too many calls")
+	if req.Timeout == 0 {
+		req.Timeout = def
 	}
-	if !b.flight.acquire(key) {
-		b.callRate.Refund(rateKey)
-		au.status = "too_many_in_flight"
-		b.auditCall(au)
-		return jsonError(c, http.StatusTooManyRequests, "Too many calls in flight")
+	out, err := b.invoke(c.Request().Context(), app, req, kind, SurfaceAPI)
+	switch {
+	case errors.Is(err, ErrRateLimited), errors.Is(err, ErrTooManyInFlight):
+		return jsonError(c, http.StatusTooManyRequests, err.Error())
+	case err != nil:
+		return jsonError(c, http.StatusServiceUnavailable, ErrStore.Error())
 	}
-	defer b.flight.release(key)
-	b.observeStart(au)
-	b.met.flight(app.ID, 1)
-	defer b.met.flight(app.ID, -1)
-	timeout := req.Timeout
-	if timeout == 0 {
-		timeout = def
-	}
-	result, hints, err := b.execute(c.Request().Context(), app, req, kind, timeout, au)
-	if err != nil {
-		b.log.Error("toolmark store failed", slog.String("call_id", au.id), slog.String("error", err.Error()))
-		au.status = "store_error"
-		b.auditCall(au)
-		return jsonError(c, http.StatusServiceUnavailable, "Bridge store unavailable")
-	}
-	au.status = resultStatus(result)
-	b.auditCall(au)
-	return writeRaw(c, http.StatusOK, appendCallResponse(make([]byte, 0, 96+len(result)), au.id, result, hints))
+	return writeRaw(c, http.StatusOK, appendCallResponse(make([]byte, 0, 96+len(out.Result)), out.ID, out.Result, out.Hints))
 }
 
 // execute binds, broadcasts and waits. Errors are store failures; everything the agent should
@@ -335,12 +314,13 @@ func statusSuffix(result []byte) (string, bool) {
 // auditCall writes the one structured line per call: never input or result values.
 func (b *Bridge) auditCall(au *callAudit) {
 	lat := b.now().Sub(au.start)
-	b.met.call(au.key.App, au.kind, au.tool, au.inManifest, au.status, lat)
+	b.met.call(au.key.App, au.surface, au.kind, au.tool, au.inManifest, au.status, lat)
 	b.observeEnd(au, lat)
 	attrs := []slog.Attr{
 		slog.String("app", au.key.App), slog.String("user", au.key.User),
 		slog.String("conversation", au.key.Conversation), slog.String("call_id", au.id),
-		slog.String("tool", au.tool), slog.String("kind", au.kind), slog.String("status", au.status),
+		slog.String("tool", au.tool), slog.String("kind", au.kind), slog.String("surface", au.surface),
+		slog.String("status", au.status),
 		slog.Int64("latency_ms", lat.Milliseconds()),
 	}
 	if au.reason != "" {

@@ -146,7 +146,7 @@ func TestCallRoundTrip(t *testing.T) {
 	if m.ClientID != client1 || m.Tool != "form.fill" || m.Rev == nil || *m.Rev != 5 || string(m.Input) != `{"title":"x"}` {
 		t.Fatalf("call %+v", m)
 	}
-	if rec := h.page("s1", "c1", resultMsg(client1, m.ID, `{"status":"ok","data":{"a":[1, 2]}}`)); rec.Code != 204 {
+	if rec := h.page("1.1", "c1", resultMsg(client1, m.ID, `{"status":"ok","data":{"a":[1, 2]}}`)); rec.Code != 204 {
 		t.Fatalf("result: %d %s", rec.Code, rec.Body)
 	}
 	r := recv(t, ch)
@@ -158,7 +158,7 @@ func TestCallRoundTrip(t *testing.T) {
 		t.Fatalf("keys %v", got)
 	}
 	// The call is over: a second result is a duplicate.
-	if rec := h.page("s1", "c1", resultMsg(client1, m.ID, `{"status":"ok"}`)); rec.Code != 409 {
+	if rec := h.page("1.1", "c1", resultMsg(client1, m.ID, `{"status":"ok"}`)); rec.Code != 409 {
 		t.Fatalf("duplicate: %d", rec.Code)
 	}
 }
@@ -223,11 +223,11 @@ func TestCallTimeoutSendsCancel(t *testing.T) {
 	if cancel.ClientID != client1 {
 		t.Fatalf("cancel %+v", cancel)
 	}
-	if rec := h.page("s1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)); rec.Code != 409 {
+	if rec := h.page("1.1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)); rec.Code != 409 {
 		t.Fatalf("result after timeout claim: %d", rec.Code)
 	}
 	h.clock.Add(time.Hour)
-	if rec := h.page("s1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)); rec.Code != 404 {
+	if rec := h.page("1.1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)); rec.Code != 404 {
 		t.Fatalf("result after binding expiry: %d", rec.Code)
 	}
 }
@@ -239,7 +239,7 @@ func TestResultAfterDeadlineBeforeClaim(t *testing.T) {
 	ch := h.startCall(ctx, "calls", `{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":{},"timeout_ms":1000}`)
 	call := h.pub.waitMsg(t, "call", "")
 	h.clock.Add(2 * time.Second) // past the deadline by the bridge's clock; the waiter's timer has not fired
-	if rec := h.page("s1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)); rec.Code != 410 {
+	if rec := h.page("1.1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)); rec.Code != 410 {
 		t.Fatalf("late result: %d %s", rec.Code, rec.Body)
 	}
 	cancel() // the agent goes away: treated like a timeout
@@ -248,7 +248,7 @@ func TestResultAfterDeadlineBeforeClaim(t *testing.T) {
 		t.Fatalf("got %+v", r)
 	}
 	h.pub.waitMsg(t, "cancel", call.ID)
-	if rec := h.page("s1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)); rec.Code != 409 {
+	if rec := h.page("1.1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)); rec.Code != 409 {
 		t.Fatalf("result after claim: %d", rec.Code)
 	}
 }
@@ -257,7 +257,7 @@ func TestResultBindingChecks(t *testing.T) {
 	h := newHarness(t, nil)
 	h.withManifest(client1, 5)
 	// u2 has its own page on c1.
-	if rec := h.page("s5", "c1", manifestMsg("u2tab", 1, "")); rec.Code != 204 {
+	if rec := h.page("5.1", "c1", manifestMsg("u2tab", 1, "")); rec.Code != 204 {
 		t.Fatal(rec.Code)
 	}
 	ch := h.startCall(context.Background(), "calls", callBody)
@@ -266,12 +266,12 @@ func TestResultBindingChecks(t *testing.T) {
 		name, sid, conv, body string
 		want                  int
 	}{
-		{"unknown id", "s1", "c1", resultMsg(client1, "nope", `{"status":"ok"}`), 404},
-		{"other user", "s5", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`), 403},
-		{"other conversation", "s6", "c2", resultMsg(client1, call.ID, `{"status":"ok"}`), 403},
-		{"other clientId", "s1", "c1", resultMsg("tab2", call.ID, `{"status":"ok"}`), 403},
+		{"unknown id", "1.1", "c1", resultMsg(client1, "nope", `{"status":"ok"}`), 404},
+		{"other user", "5.1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`), 403},
+		{"other conversation", "6.1", "c2", resultMsg(client1, call.ID, `{"status":"ok"}`), 403},
+		{"other clientId", "1.1", "c1", resultMsg("tab2", call.ID, `{"status":"ok"}`), 403},
 		{"via messages, other user", "", "", `{"user_id":"u2","conversation_id":"c1","message":` + resultMsg(client1, call.ID, `{"status":"ok"}`) + `}`, 403},
-		{"accepted", "s1", "c1", resultMsg(client1, call.ID, `{"status":"refused","code":"stale","message":"Stale","rev":9}`), 204},
+		{"accepted", "1.1", "c1", resultMsg(client1, call.ID, `{"status":"refused","code":"stale","message":"Stale","rev":9}`), 204},
 	} {
 		var code int
 		if tc.sid == "" {
@@ -306,13 +306,13 @@ func TestNewClientTakesNewCalls(t *testing.T) {
 	if c1.ClientID != client1 || c2.ClientID != "tab2" {
 		t.Fatalf("clientIds %q %q", c1.ClientID, c2.ClientID)
 	}
-	if code := h.page("s1", "c1", resultMsg(client1, c2.ID, `{"status":"ok"}`)).Code; code != 403 {
+	if code := h.page("1.1", "c1", resultMsg(client1, c2.ID, `{"status":"ok"}`)).Code; code != 403 {
 		t.Fatalf("old tab answering new call: %d", code)
 	}
-	if code := h.page("s1", "c1", resultMsg(client1, c1.ID, `{"status":"ok"}`)).Code; code != 204 {
+	if code := h.page("1.1", "c1", resultMsg(client1, c1.ID, `{"status":"ok"}`)).Code; code != 204 {
 		t.Fatalf("old tab answering its call: %d", code)
 	}
-	if code := h.page("s1", "c1", resultMsg("tab2", c2.ID, `{"status":"ok"}`)).Code; code != 204 {
+	if code := h.page("1.1", "c1", resultMsg("tab2", c2.ID, `{"status":"ok"}`)).Code; code != 204 {
 		t.Fatalf("new tab answering its call: %d", code)
 	}
 	recv(t, first)
@@ -331,10 +331,10 @@ func TestConfirmationFlow(t *testing.T) {
 	if d.Tool != "form.submit" || d.Input != nil {
 		t.Fatalf("describe %+v", d)
 	}
-	if code := h.page("s1", "c1", resultMsg(client1, d.ID, needs("f1"))).Code; code != 422 {
+	if code := h.page("1.1", "c1", resultMsg(client1, d.ID, needs("f1"))).Code; code != 422 {
 		t.Fatalf("needs_confirmation for describe: %d", code)
 	}
-	if code := h.page("s1", "c1", resultMsg(client1, d.ID, `{"status":"ok","data":{"schema":{}}}`)).Code; code != 204 {
+	if code := h.page("1.1", "c1", resultMsg(client1, d.ID, `{"status":"ok","data":{"schema":{}}}`)).Code; code != 204 {
 		t.Fatalf("describe result: %d", code)
 	}
 	if r := recv(t, dch); string(r.Result) != `{"data":{"schema":{}},"status":"ok"}` || string(r.Hints) != `{}` {
@@ -343,7 +343,7 @@ func TestConfirmationFlow(t *testing.T) {
 
 	ch := h.startCall(context.Background(), "calls", callBody)
 	call := h.pub.waitMsg(t, "call", "")
-	if code := h.page("s1", "c1", resultMsg(client1, call.ID, needs("f1"))).Code; code != 204 {
+	if code := h.page("1.1", "c1", resultMsg(client1, call.ID, needs("f1"))).Code; code != 204 {
 		t.Fatalf("needs_confirmation: %d", code)
 	}
 	recv(t, ch)
@@ -357,10 +357,10 @@ func TestConfirmationFlow(t *testing.T) {
 			}
 		}
 	}
-	if code := h.page("s1", "c1", resultMsg(client1, call2.ID, needs("f1"))).Code; code != 409 {
+	if code := h.page("1.1", "c1", resultMsg(client1, call2.ID, needs("f1"))).Code; code != 409 {
 		t.Fatalf("rebinding confirmId: %d", code)
 	}
-	if code := h.page("s1", "c1", resultMsg(client1, call2.ID, needs("f2"))).Code; code != 204 {
+	if code := h.page("1.1", "c1", resultMsg(client1, call2.ID, needs("f2"))).Code; code != 204 {
 		t.Fatalf("second confirmation: %d", code)
 	}
 	recv(t, ch2)
@@ -369,12 +369,12 @@ func TestConfirmationFlow(t *testing.T) {
 		name, sid, conv, body string
 		want                  int
 	}{
-		{"unknown", "s1", "c1", confirmedMsg(client1, "f9", `{"status":"ok"}`), 404},
-		{"other clientId", "s1", "c1", confirmedMsg("tab2", "f1", `{"status":"ok"}`), 403},
-		{"other user", "s5", "c1", confirmedMsg(client1, "f1", `{"status":"ok"}`), 403},
-		{"invalid result", "s1", "c1", confirmedMsg(client1, "f1", `{"status":"cancelled","by":"agent"}`), 422},
-		{"accepted", "s1", "c1", confirmedMsg(client1, "f1", `{"status":"ok","data":1}`), 204},
-		{"duplicate", "s1", "c1", confirmedMsg(client1, "f1", `{"status":"ok","data":1}`), 409},
+		{"unknown", "1.1", "c1", confirmedMsg(client1, "f9", `{"status":"ok"}`), 404},
+		{"other clientId", "1.1", "c1", confirmedMsg("tab2", "f1", `{"status":"ok"}`), 403},
+		{"other user", "5.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok"}`), 403},
+		{"invalid result", "1.1", "c1", confirmedMsg(client1, "f1", `{"status":"cancelled","by":"agent"}`), 422},
+		{"accepted", "1.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok","data":1}`), 204},
+		{"duplicate", "1.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok","data":1}`), 409},
 	} {
 		if code := h.page(tc.sid, tc.conv, tc.body).Code; code != tc.want {
 			t.Fatalf("%s: %d, want %d", tc.name, code, tc.want)
@@ -391,7 +391,7 @@ func TestConfirmationFlow(t *testing.T) {
 	}
 	// The confirmation expires after 660 s.
 	h.clock.Add(661 * time.Second)
-	if code := h.page("s1", "c1", confirmedMsg(client1, "f2", `{"status":"ok"}`)).Code; code != 404 {
+	if code := h.page("1.1", "c1", confirmedMsg(client1, "f2", `{"status":"ok"}`)).Code; code != 404 {
 		t.Fatalf("expired confirmation: %d", code)
 	}
 }

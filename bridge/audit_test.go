@@ -16,7 +16,7 @@ func TestAuditAndMetrics(t *testing.T) {
 	ch := h.startCall(context.Background(), "calls",
 		`{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":{"password":"SECRET_INPUT"}}`)
 	call := h.pub.waitMsg(t, "call", "")
-	h.page("s1", "c1", resultMsg(client1, call.ID, `{"status":"ok","data":"SECRET_RESULT"}`))
+	h.page("1.1", "c1", resultMsg(client1, call.ID, `{"status":"ok","data":"SECRET_RESULT"}`))
 	recv(t, ch)
 	recv(t, h.startCall(context.Background(), "calls", `{"user_id":"u1","conversation_id":"c1","tool":"not.in.manifest","timeout_ms":1}`))
 
@@ -33,12 +33,12 @@ func TestAuditAndMetrics(t *testing.T) {
 		switch rec["msg"] {
 		case "toolmark call":
 			calls++
-			for _, k := range []string{"app", "user", "conversation", "call_id", "tool", "kind", "status", "latency_ms"} {
+			for _, k := range []string{"app", "user", "conversation", "call_id", "tool", "kind", "surface", "status", "latency_ms"} {
 				if _, ok := rec[k]; !ok {
 					t.Fatalf("call line lacks %s: %s", k, line)
 				}
 			}
-			if rec["call_id"] == call.ID && rec["status"] != "ok" {
+			if rec["surface"] != SurfaceAPI || rec["call_id"] == call.ID && rec["status"] != "ok" {
 				t.Fatalf("call line %s", line)
 			}
 		case "toolmark page message":
@@ -53,8 +53,8 @@ func TestAuditAndMetrics(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{[]string{"app1", "call", "form.fill", "ok"}, 1},
-		{[]string{"app1", "call", "other", "timeout"}, 1},
+		{[]string{"app1", "api", "call", "form.fill", "ok"}, 1},
+		{[]string{"app1", "api", "call", "other", "timeout"}, 1},
 	} {
 		if got := counterValue(t, reg, "reverbgo_toolmark_calls_total", tc.labels); got != tc.want {
 			t.Errorf("calls_total%v = %v", tc.labels, got)

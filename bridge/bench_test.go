@@ -17,7 +17,7 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 			return
 		}
 		go func() {
-			if code := h.page("s1", "c1", resultMsg(client1, m.ID, `{"status":"ok","data":{"n":1}}`)).Code; code != http.StatusNoContent {
+			if code := h.page("1.1", "c1", resultMsg(client1, m.ID, `{"status":"ok","data":{"n":1}}`)).Code; code != http.StatusNoContent {
 				b.Errorf("page result: %d", code)
 			}
 		}()

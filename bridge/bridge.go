@@ -24,9 +24,12 @@ type Publisher interface {
 	Publish(appID, channel, event string, data []byte) error
 }
 
-// Sockets finds a connected socket anywhere in the cluster.
+// Sockets finds a connected socket anywhere in the cluster (pusher.Server.Subscriptions).
 type Sockets interface {
-	Channels(socketID string) (appID string, channels []string, ok bool)
+	// Subscriptions returns the socket's app and channels, each mapped to TokenHash of the
+	// page token issued with that subscription ("" when none). The bridge needs only the
+	// toolmark channels, which is all the cluster index holds for sockets on other nodes.
+	Subscriptions(socketID string) (appID string, subs map[string]string, ok bool)
 }
 
 // Occupancy is optionally implemented by Sockets: it tells whether any socket is subscribed
@@ -261,7 +264,7 @@ func globMatch(pattern, s string) bool {
 }
 
 // corsAllowHeaders are the headers echoTransport and Laravel's stack send with a page POST.
-const corsAllowHeaders = "Content-Type, Accept, X-Requested-With, X-Socket-ID, X-CSRF-TOKEN, X-XSRF-TOKEN, Authorization"
+const corsAllowHeaders = "Content-Type, Accept, X-Requested-With, X-Socket-ID, X-Toolmark-Token, X-CSRF-TOKEN, X-XSRF-TOKEN, Authorization"
 
 func setCORS(c echo.Context, origin string) {
 	h := c.Response().Header()

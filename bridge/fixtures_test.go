@@ -90,7 +90,7 @@ func TestFixtures(t *testing.T) {
 				}
 				// The endpoint's answer: invalid → 422; valid → anything but 422 (the ids in
 				// fixtures are not bound, so a result is 404, a changed 403, a manifest 204).
-				code := h.page("s1", "c1", string(fx.message)).Code
+				code := h.page("1.1", "c1", string(fx.message)).Code
 				if !fx.valid && code != http.StatusUnprocessableEntity {
 					t.Fatalf("endpoint answered %d to an invalid message", code)
 				}

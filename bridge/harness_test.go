@@ -110,12 +110,27 @@ type fakeSockets struct {
 	m  map[string]sock
 }
 
-func (f *fakeSockets) Channels(id string) (string, []string, bool) {
+// Subscriptions implements Sockets: every toolmark channel of socket id has the page token
+// pageToken(id).
+func (f *fakeSockets) Subscriptions(id string) (string, map[string]string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.m[id]
-	return s.app, s.channels, ok
+	if !ok {
+		return "", nil, false
+	}
+	subs := map[string]string{}
+	for _, ch := range s.channels {
+		subs[ch] = ""
+		if strings.HasPrefix(ch, ChannelPrefix) {
+			subs[ch] = TokenHash(pageToken(id))
+		}
+	}
+	return s.app, subs, true
 }
+
+// pageToken is the page token the fake sockets were issued.
+func pageToken(socketID string) string { return "token-of-" + socketID }
 
 // Subscribed implements Occupancy over the registered sockets.
 func (f *fakeSockets) Subscribed(app, channel string) bool {
@@ -224,12 +239,12 @@ func newHarness(t testing.TB, mod func(*Options)) *harness {
 		"app2": {ID: "app2", Key: "key2", Secret: "secret2", Toolmark: config.Toolmark{Enabled: false}},
 	}
 	h.sockets = &fakeSockets{m: map[string]sock{
-		"s1": {"app1", []string{"presence-room", "private-toolmark.u1.c1"}},
-		"s2": {"app1", []string{"private-other"}},
-		"s3": {"app1", []string{"private-toolmark.u1.c1", "private-toolmark.u2.c1"}},
-		"s4": {"app2", []string{"private-toolmark.u1.c1"}},
-		"s5": {"app1", []string{"private-toolmark.u2.c1"}},
-		"s6": {"app1", []string{"private-toolmark.u1.c2"}},
+		"1.1": {"app1", []string{"presence-room", "private-toolmark.u1.c1"}},
+		"2.1": {"app1", []string{"private-other"}},
+		"3.1": {"app1", []string{"private-toolmark.u1.c1", "private-toolmark.u2.c1"}},
+		"4.1": {"app2", []string{"private-toolmark.u1.c1"}},
+		"5.1": {"app1", []string{"private-toolmark.u2.c1"}},
+		"6.1": {"app1", []string{"private-toolmark.u1.c2"}},
 	}}
 	h.store = NewMemoryStore(MemoryOptions{Now: h.clock.Now})
 	opts := Options{Store: h.store, Publisher: h.pub, Sockets: h.sockets, Webhooks: h.hooks, Apps: h.apps,
@@ -259,6 +274,7 @@ func (h *harness) page(sid, conv, body string) *httptest.ResponseRecorder {
 	req.Header.Set("Content-Type", "application/json")
 	if sid != "" {
 		req.Header.Set("X-Socket-ID", sid)
+		req.Header.Set("X-Toolmark-Token", pageToken(sid))
 	}
 	return h.do(req)
 }
@@ -331,7 +347,7 @@ const toolsJSON = `{"name":"form.fill","llmName":"form__fill","description":"Fil
 // withManifest installs a manifest for u1/c1 via s1.
 func (h *harness) withManifest(client string, rev int) {
 	h.t.Helper()
-	if rec := h.page("s1", "c1", manifestMsg(client, rev, toolsJSON)); rec.Code != http.StatusNoContent {
+	if rec := h.page("1.1", "c1", manifestMsg(client, rev, toolsJSON)); rec.Code != http.StatusNoContent {
 		h.t.Fatalf("manifest: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -35,13 +35,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{toolNames: map[string]map[string]struct{}{}}
 	m.calls = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "reverbgo_toolmark_calls_total",
-		Help: "Toolmark calls and describes by app, kind, tool (\"other\" outside the manifest) and result status.",
-	}, []string{"app", "kind", "tool", "status"}))
+		Help: "Toolmark calls and describes by app, surface (api, mcp), kind, tool (\"other\" outside the manifest) and result status.",
+	}, []string{"app", "surface", "kind", "tool", "status"}))
 	m.latency = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "reverbgo_toolmark_call_duration_seconds",
-		Help:    "Time from the agent's request to its answer, by app, kind and status.",
+		Help:    "Time from the agent's request to its answer, by app, surface (api, mcp), kind and status.",
 		Buckets: callBuckets,
-	}, []string{"app", "kind", "status"}))
+	}, []string{"app", "surface", "kind", "status"}))
 	m.pageMsgs = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "reverbgo_toolmark_page_messages_total",
 		Help: "Page-to-server messages by app, type and HTTP status.",
@@ -90,12 +90,12 @@ func (m *metrics) toolLabel(app, tool string, inManifest bool) string {
 	return tool
 }
 
-func (m *metrics) call(app, kind, tool string, inManifest bool, status string, d time.Duration) {
+func (m *metrics) call(app, surface, kind, tool string, inManifest bool, status string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.calls.WithLabelValues(app, kind, m.toolLabel(app, tool, inManifest), status).Inc()
-	m.latency.WithLabelValues(app, kind, status).Observe(d.Seconds())
+	m.calls.WithLabelValues(app, surface, kind, m.toolLabel(app, tool, inManifest), status).Inc()
+	m.latency.WithLabelValues(app, surface, kind, status).Observe(d.Seconds())
 }
 
 func (m *metrics) page(app, typ string, code int) {

@@ -61,11 +61,16 @@ func (b *Bridge) handlePage(c echo.Context) error {
 }
 
 // pageGate resolves the socket to its app and user (filling key) or returns the rejection.
+// Order: a missing, malformed or unknown socket is 401; a socket not subscribed to this
+// conversation's channel is 403; then a missing or wrong page token is 401.
 func (b *Bridge) pageGate(c echo.Context, socketID string, key *ConvKey) pageOutcome {
 	if socketID == "" {
 		return reject(http.StatusUnauthorized, "Missing X-Socket-ID")
 	}
-	appID, channels, ok := b.sockets.Channels(socketID)
+	if !validSocketID(socketID) {
+		return reject(http.StatusUnauthorized, "Malformed X-Socket-ID")
+	}
+	appID, subs, ok := b.sockets.Subscriptions(socketID)
 	if !ok {
 		return reject(http.StatusUnauthorized, "Unknown socket")
 	}
@@ -80,10 +85,10 @@ func (b *Bridge) pageGate(c echo.Context, socketID string, key *ConvKey) pageOut
 		return reject(http.StatusForbidden, "Origin not allowed")
 	}
 	setCORS(c, origin)
-	user, n := "", 0
-	for _, ch := range channels {
+	user, tokenHash, n := "", "", 0
+	for ch, hash := range subs {
 		if u, cv, ok := ParseChannel(ch); ok && cv == key.Conversation {
-			user, n = u, n+1
+			user, tokenHash, n = u, hash, n+1
 		}
 	}
 	if n != 1 {
@@ -93,7 +98,11 @@ func (b *Bridge) pageGate(c echo.Context, socketID string, key *ConvKey) pageOut
 	}
 	key.User = user
 	if !app.Toolmark.Enabled {
+		// Before the token: a disabled app's subscriptions get none.
 		return reject(http.StatusForbidden, "Toolmark is disabled for this app")
+	}
+	if !pageTokenOK(app, c.Request().Header.Get(PageTokenHeader), tokenHash) {
+		return reject(http.StatusUnauthorized, "Missing or wrong "+PageTokenHeader)
 	}
 	return pageOutcome{}
 }

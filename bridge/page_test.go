@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reverbgo/reverbgo/config"
 )
 
 func TestPageGate(t *testing.T) {
@@ -18,19 +20,22 @@ func TestPageGate(t *testing.T) {
 		want                    int
 	}{
 		{"no socket header", "", "c1", "", 401},
-		{"unknown socket", "nope", "c1", "", 401},
-		{"not subscribed", "s2", "c1", "", 403},
-		{"other conversation", "s1", "c2", "", 403},
-		{"two users for one conversation", "s3", "c1", "", 403},
-		{"toolmark disabled", "s4", "c1", "", 403},
-		{"origin not allowed", "s1", "c1", "https://evil.test", 403},
-		{"origin allowed", "s1", "c1", "https://app.example.com", 204},
-		{"subscribed", "s1", "c1", "", 204},
+		{"malformed socket", "nope", "c1", "", 401},
+		{"socket id too long", "1." + strings.Repeat("1", 40), "c1", "", 401},
+		{"unknown socket", "9.9", "c1", "", 401},
+		{"not subscribed", "2.1", "c1", "", 403},
+		{"other conversation", "1.1", "c2", "", 403},
+		{"two users for one conversation", "3.1", "c1", "", 403},
+		{"toolmark disabled", "4.1", "c1", "", 403},
+		{"origin not allowed", "1.1", "c1", "https://evil.test", 403},
+		{"origin allowed", "1.1", "c1", "https://app.example.com", 204},
+		{"subscribed", "1.1", "c1", "", 204},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := httptest.NewRequest(http.MethodPost, prefix+"/toolmark/bridge/"+tc.conv, strings.NewReader(good))
 			if tc.sid != "" {
 				req.Header.Set("X-Socket-ID", tc.sid)
+				req.Header.Set("X-Toolmark-Token", pageToken(tc.sid))
 			}
 			if tc.origin != "" {
 				req.Header.Set("Origin", tc.origin)
@@ -46,16 +51,66 @@ func TestPageGate(t *testing.T) {
 	}
 }
 
+// TestPageToken: with page_auth token (the default) the socket id alone does not speak for
+// the page; checks run in the documented order (unknown socket 401, not subscribed 403,
+// then token 401). With socket_id the id is enough.
+func TestPageToken(t *testing.T) {
+	good := manifestMsg(client1, 1, "")
+	for _, mode := range []string{"", config.PageAuthToken, config.PageAuthSocketID} {
+		h := newHarness(t, func(o *Options) { o.Apps.(fakeApps)["app1"].Toolmark.PageAuth = mode })
+		weak := mode == config.PageAuthSocketID
+		for _, tc := range []struct {
+			name, sid, conv, token string
+			want, weakWant         int
+		}{
+			{"no token", "1.1", "c1", "", 401, 204},
+			{"wrong token", "1.1", "c1", "token-of-5.1", 401, 204},
+			{"token of another socket", "1.1", "c1", pageToken("6.1"), 401, 204},
+			{"token prefix", "1.1", "c1", pageToken("1.1")[:10], 401, 204},
+			{"unknown socket before token", "9.1", "c1", "", 401, 401},
+			{"not subscribed before token", "2.1", "c1", "", 403, 403},
+			{"right token", "1.1", "c1", pageToken("1.1"), 204, 204},
+		} {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) {
+				req := httptest.NewRequest(http.MethodPost, prefix+"/toolmark/bridge/"+tc.conv, strings.NewReader(good))
+				req.Header.Set("X-Socket-ID", tc.sid)
+				if tc.token != "" {
+					req.Header.Set("X-Toolmark-Token", tc.token)
+				}
+				want := tc.want
+				if weak {
+					want = tc.weakWant
+				}
+				if rec := h.do(req); rec.Code != want {
+					t.Fatalf("status %d, want %d (%s)", rec.Code, want, rec.Body)
+				}
+			})
+		}
+	}
+}
+
+func TestValidSocketID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"1.1": true, "123456789012.123456789012": true, "0.0": true,
+		"": false, "1": false, "1.": false, ".1": false, "1.1.1": false, "a.1": false, "1.1 ": false,
+		"-1.1": false, "1.1\x00": false, strings.Repeat("1", 20) + "." + strings.Repeat("1", 20): false,
+	} {
+		if got := validSocketID(id); got != want {
+			t.Errorf("validSocketID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
 func TestPageBodyTooLarge(t *testing.T) {
 	h := newHarness(t, nil)
 	big := `{"protocol":1,"type":"changed","clientId":"a","rev":1,"pad":"` + strings.Repeat("x", 1<<20) + `"}`
-	if rec := h.page("s1", "c1", big); rec.Code != http.StatusRequestEntityTooLarge {
+	if rec := h.page("1.1", "c1", big); rec.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d", rec.Code)
 	}
 	// Exactly 1 MiB is allowed through to the decoder (and rejected there as malformed).
 	exact := `{"protocol":1,"type":"changed","clientId":"a","rev":1,"p":"`
 	exact += strings.Repeat("x", 1<<20-len(exact)-2) + `"}`
-	if rec := h.page("s1", "c1", exact); rec.Code != http.StatusUnprocessableEntity {
+	if rec := h.page("1.1", "c1", exact); rec.Code != http.StatusUnprocessableEntity {
 		t.Fatalf("1 MiB body: status %d", rec.Code)
 	}
 }
@@ -103,7 +158,7 @@ func TestPageUnprocessable(t *testing.T) {
 		{"tools not array", `{"protocol":1,"type":"manifest","clientId":"a","rev":1,"tools":{}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if rec := h.page("s1", "c1", tc.body); rec.Code != http.StatusUnprocessableEntity {
+			if rec := h.page("1.1", "c1", tc.body); rec.Code != http.StatusUnprocessableEntity {
 				t.Fatalf("status %d, want 422 (%s)", rec.Code, rec.Body)
 			}
 		})
@@ -113,13 +168,13 @@ func TestPageUnprocessable(t *testing.T) {
 	for i := range ok {
 		ok[i] = tool("t", "t", strings.Repeat("é", 1024), "{}", `,"title":"`+strings.Repeat("a", 1024)+`"`)
 	}
-	if rec := h.page("s1", "c1", manifestMsg(client1, 1, strings.Join(ok, ","))); rec.Code != 204 {
+	if rec := h.page("1.1", "c1", manifestMsg(client1, 1, strings.Join(ok, ","))); rec.Code != 204 {
 		t.Fatalf("limits inclusive: %d %s", rec.Code, rec.Body)
 	}
 	// 64 levels is allowed.
 	body := `{"protocol":1,"type":"manifest","clientId":"a","rev":1,"tools":[` +
 		tool("t", "t", "d", "{}", `,"x":`+strings.Repeat("[", 61)+strings.Repeat("]", 61)) + `]}`
-	if rec := h.page("s1", "c1", body); rec.Code != 204 {
+	if rec := h.page("1.1", "c1", body); rec.Code != 204 {
 		t.Fatalf("depth 64: %d %s", rec.Code, rec.Body)
 	}
 }
@@ -167,7 +222,7 @@ func TestManifestLifecycle(t *testing.T) {
 		{"old client changed", `{"protocol":1,"type":"changed","clientId":"` + client1 + `","rev":9}`, 403, "tab2", 0},
 	}
 	for _, s := range steps {
-		if rec := h.page("s1", "c1", s.body); rec.Code != s.code {
+		if rec := h.page("1.1", "c1", s.body); rec.Code != s.code {
 			t.Fatalf("%s: %d %s", s.name, rec.Code, rec.Body)
 		}
 		if code, m := mget("u1", "c1"); code != 200 || m.ClientID != s.client || m.Rev != s.rev {
@@ -206,7 +261,7 @@ func TestCORSPreflight(t *testing.T) {
 		if hd.Get("Access-Control-Allow-Origin") != tc.origin || hd.Get("Access-Control-Allow-Credentials") != "true" {
 			t.Fatalf("headers %v", hd)
 		}
-		for _, want := range []string{"Content-Type", "Accept", "X-Requested-With", "X-Socket-ID", "X-CSRF-TOKEN", "X-XSRF-TOKEN", "Authorization"} {
+		for _, want := range []string{"Content-Type", "Accept", "X-Requested-With", "X-Socket-ID", "X-Toolmark-Token", "X-CSRF-TOKEN", "X-XSRF-TOKEN", "Authorization"} {
 			if !strings.Contains(hd.Get("Access-Control-Allow-Headers"), want) {
 				t.Fatalf("allow headers %q lack %s", hd.Get("Access-Control-Allow-Headers"), want)
 			}
@@ -242,29 +297,29 @@ func TestPageRateLimit(t *testing.T) {
 	bad := `{"protocol":1,"type":"manifest","clientId":"a","rev":-1,"tools":[]}`
 	// Rejected messages consume nothing: 100 malformed and 100 from a bad socket first.
 	for i := 0; i < 100; i++ {
-		if rec := h.page("s1", "c1", bad); rec.Code != 422 {
+		if rec := h.page("1.1", "c1", bad); rec.Code != 422 {
 			t.Fatalf("bad: %d", rec.Code)
 		}
-		if rec := h.page("s1", "c1", `{"protocol":1,"type":"changed","clientId":"zzz","rev":1}`); rec.Code != 403 && rec.Code != 204 {
+		if rec := h.page("1.1", "c1", `{"protocol":1,"type":"changed","clientId":"zzz","rev":1}`); rec.Code != 403 && rec.Code != 204 {
 			t.Fatalf("changed from other client: %d", rec.Code)
 		}
 	}
 	for i := 0; i < 60; i++ {
-		if rec := h.page("s1", "c1", changed); rec.Code != 204 {
+		if rec := h.page("1.1", "c1", changed); rec.Code != 204 {
 			t.Fatalf("burst message %d: %d", i, rec.Code)
 		}
 	}
-	if rec := h.page("s1", "c1", changed); rec.Code != http.StatusTooManyRequests {
+	if rec := h.page("1.1", "c1", changed); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("61st: %d", rec.Code)
 	}
 	// Another socket has its own bucket.
-	if rec := h.page("s6", "c2", changed); rec.Code != 204 {
+	if rec := h.page("6.1", "c2", changed); rec.Code != 204 {
 		t.Fatalf("other socket: %d", rec.Code)
 	}
 	// 600 per minute sustained.
 	for i := 0; i < 600; i++ {
 		h.clock.Add(100 * time.Millisecond)
-		if rec := h.page("s1", "c1", changed); rec.Code != 204 {
+		if rec := h.page("1.1", "c1", changed); rec.Code != 204 {
 			t.Fatalf("sustained message %d: %d", i, rec.Code)
 		}
 	}

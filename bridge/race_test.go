@@ -36,7 +36,7 @@ func TestRaceResultVsTimeout(t *testing.T) {
 				defer pages.Done()
 				time.Sleep(time.Duration(rand.IntN(12000)) * time.Microsecond)
 				data := fmt.Sprintf(`{"status":"ok","data":%d}`, i)
-				code := h.page("s1", "c1", resultMsg(client1, m.ID, data)).Code
+				code := h.page("1.1", "c1", resultMsg(client1, m.ID, data)).Code
 				mu.Lock()
 				codes[m.ID] = append(codes[m.ID], code)
 				mu.Unlock()
@@ -101,7 +101,7 @@ func TestRaceDuplicateResults(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			codes <- h.page("s1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)).Code
+			codes <- h.page("1.1", "c1", resultMsg(client1, call.ID, `{"status":"ok"}`)).Code
 		}()
 	}
 	close(start)

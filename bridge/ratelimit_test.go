@@ -15,7 +15,7 @@ func drainPageBucket(t *testing.T, h *harness) {
 	t.Helper()
 	changed := `{"protocol":1,"type":"changed","clientId":"` + client1 + `","rev":1}`
 	for i := 0; i < 1000; i++ {
-		switch code := h.page("s1", "c1", changed).Code; code {
+		switch code := h.page("1.1", "c1", changed).Code; code {
 		case http.StatusNoContent:
 		case http.StatusTooManyRequests:
 			return
@@ -68,7 +68,7 @@ func TestPageRateLimitAnswers(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					codes[i] = h.page("s1", "c1", resultMsg(client1, id, `{"status":"ok"}`)).Code
+					codes[i] = h.page("1.1", "c1", resultMsg(client1, id, `{"status":"ok"}`)).Code
 				}()
 			}
 			wg.Wait()
@@ -87,7 +87,7 @@ func TestPageRateLimitAnswers(t *testing.T) {
 			ch := h.startCall(context.Background(), "calls", callBody)
 			id := waitCalls(t, h, 1)[0]
 			for i := 0; i < 59; i++ { // PageBurst minus the manifest
-				if code := h.page("s1", "c1", resultMsg(client1, fmt.Sprint("bogus", i), `{"status":"ok"}`)).Code; code != http.StatusNotFound {
+				if code := h.page("1.1", "c1", resultMsg(client1, fmt.Sprint("bogus", i), `{"status":"ok"}`)).Code; code != http.StatusNotFound {
 					t.Fatalf("bogus result %d: %d", i, code)
 				}
 			}
@@ -95,14 +95,14 @@ func TestPageRateLimitAnswers(t *testing.T) {
 				name, sid, conv, body string
 				want                  int
 			}{
-				{"unknown id", "s1", "c1", resultMsg(client1, "bogus", `{"status":"ok"}`), 429},
-				{"unknown confirmId", "s1", "c1", confirmedMsg(client1, "nope", `{"status":"ok"}`), 429},
-				{"other clientId", "s1", "c1", resultMsg("tab2", id, `{"status":"ok"}`), 429},
-				{"manifest", "s1", "c1", manifestMsg(client1, 9, ""), 429},
-				{"malformed (before the limit)", "s1", "c1", `{"protocol":1}`, 422},
-				{"the open call's answer", "s1", "c1", resultMsg(client1, id, `{"status":"ok"}`), 204},
-				{"its duplicate", "s1", "c1", resultMsg(client1, id, `{"status":"ok"}`), 429},
-				{"another socket's own bucket", "s6", "c2", resultMsg(client1, "bogus", `{"status":"ok"}`), 404},
+				{"unknown id", "1.1", "c1", resultMsg(client1, "bogus", `{"status":"ok"}`), 429},
+				{"unknown confirmId", "1.1", "c1", confirmedMsg(client1, "nope", `{"status":"ok"}`), 429},
+				{"other clientId", "1.1", "c1", resultMsg("tab2", id, `{"status":"ok"}`), 429},
+				{"manifest", "1.1", "c1", manifestMsg(client1, 9, ""), 429},
+				{"malformed (before the limit)", "1.1", "c1", `{"protocol":1}`, 422},
+				{"the open call's answer", "1.1", "c1", resultMsg(client1, id, `{"status":"ok"}`), 204},
+				{"its duplicate", "1.1", "c1", resultMsg(client1, id, `{"status":"ok"}`), 429},
+				{"another socket's own bucket", "6.1", "c2", resultMsg(client1, "bogus", `{"status":"ok"}`), 404},
 			} {
 				if code := h.page(tc.sid, tc.conv, tc.body).Code; code != tc.want {
 					t.Fatalf("%s: %d, want %d", tc.name, code, tc.want)
@@ -118,14 +118,14 @@ func TestPageRateLimitAnswers(t *testing.T) {
 			second := h.startCall(context.Background(), "calls", callBody)
 			id2 := waitCalls(t, h, 2)[1]
 			drainPageBucket(t, h)
-			if code := h.page("s1", "c1", resultMsg(client1, id1, needsConfirm("f1"))).Code; code != 204 {
+			if code := h.page("1.1", "c1", resultMsg(client1, id1, needsConfirm("f1"))).Code; code != 204 {
 				t.Fatalf("needs_confirmation: %d", code)
 			}
 			// f1 is bound, so this would be 409; with no token it is 429, and the call stays open.
-			if code := h.page("s1", "c1", resultMsg(client1, id2, needsConfirm("f1"))).Code; code != 429 {
+			if code := h.page("1.1", "c1", resultMsg(client1, id2, needsConfirm("f1"))).Code; code != 429 {
 				t.Fatalf("reused confirmId: %d", code)
 			}
-			if code := h.page("s1", "c1", resultMsg(client1, id2, `{"status":"ok"}`)).Code; code != 204 {
+			if code := h.page("1.1", "c1", resultMsg(client1, id2, `{"status":"ok"}`)).Code; code != 204 {
 				t.Fatalf("second call's answer: %d", code)
 			}
 			recv(t, first)
@@ -139,7 +139,7 @@ func TestPageRateLimitAnswers(t *testing.T) {
 			id := waitCalls(t, h, 1)[0]
 			h.clock.Add(2 * time.Second) // past the deadline: 410 with a token, 429 without
 			drainPageBucket(t, h)
-			if code := h.page("s1", "c1", resultMsg(client1, id, `{"status":"ok"}`)).Code; code != 429 {
+			if code := h.page("1.1", "c1", resultMsg(client1, id, `{"status":"ok"}`)).Code; code != 429 {
 				t.Fatalf("late result: %d", code)
 			}
 			cancel()
@@ -151,13 +151,13 @@ func TestPageRateLimitAnswers(t *testing.T) {
 		{"confirmed answering its binding is free", func(t *testing.T, h *harness) {
 			ch := h.startCall(context.Background(), "calls", callBody)
 			id := waitCalls(t, h, 1)[0]
-			if code := h.page("s1", "c1", resultMsg(client1, id, needsConfirm("f1"))).Code; code != 204 {
+			if code := h.page("1.1", "c1", resultMsg(client1, id, needsConfirm("f1"))).Code; code != 204 {
 				t.Fatalf("needs_confirmation: %d", code)
 			}
 			recv(t, ch)
 			drainPageBucket(t, h)
 			for i, want := range []int{204, 429} { // then a duplicate, which answers nothing
-				if code := h.page("s1", "c1", confirmedMsg(client1, "f1", `{"status":"ok"}`)).Code; code != want {
+				if code := h.page("1.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok"}`)).Code; code != want {
 					t.Fatalf("confirmed #%d: %d, want %d", i, code, want)
 				}
 			}

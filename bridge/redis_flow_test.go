@@ -21,13 +21,13 @@ func TestFlowsOnRedisStore(t *testing.T) {
 	t.Cleanup(func() { _ = rs.Close() })
 	h := newHarness(t, func(o *Options) { o.Store = rs })
 	h.withManifest(client1, 5)
-	if code := h.page("s1", "c1", manifestMsg(client1, 4, "")).Code; code != 204 {
+	if code := h.page("1.1", "c1", manifestMsg(client1, 4, "")).Code; code != 204 {
 		t.Fatal(code)
 	}
 	ch := h.startCall(context.Background(), "calls", callBody)
 	call := h.pub.waitMsg(t, "call", "")
 	needs := `{"status":"needs_confirmation","confirmId":"f1","summary":"s"}`
-	if code := h.page("s1", "c1", resultMsg(client1, call.ID, needs)).Code; code != 204 {
+	if code := h.page("1.1", "c1", resultMsg(client1, call.ID, needs)).Code; code != 204 {
 		t.Fatalf("result: %d", code)
 	}
 	if r := recv(t, ch); string(r.Result) != `{"confirmId":"f1","status":"needs_confirmation","summary":"s"}` ||
@@ -35,7 +35,7 @@ func TestFlowsOnRedisStore(t *testing.T) {
 		t.Fatalf("got %+v", r)
 	}
 	for _, want := range []int{204, 409} {
-		if code := h.page("s1", "c1", confirmedMsg(client1, "f1", `{"status":"ok"}`)).Code; code != want {
+		if code := h.page("1.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok"}`)).Code; code != want {
 			t.Fatalf("confirmed: %d, want %d", code, want)
 		}
 	}

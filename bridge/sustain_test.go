@@ -31,7 +31,7 @@ func TestSustainedCallsBoundedStore(t *testing.T) {
 				h.pub.onPub = func(p published) {
 					if m := decodeEvent(t, p); m.Type == TypeCall {
 						go func() {
-							if code := h.page("s1", "c1", resultMsg(client1, m.ID, `{"status":"ok"}`)).Code; code != http.StatusNoContent {
+							if code := h.page("1.1", "c1", resultMsg(client1, m.ID, `{"status":"ok"}`)).Code; code != http.StatusNoContent {
 								t.Errorf("result: %d", code)
 							}
 						}()

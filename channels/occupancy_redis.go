@@ -40,10 +40,11 @@ type RedisOccupancy struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	counts  map[string]int64           // app NUL channel -> local subscribers
-	pending map[string]int64           // not yet written deltas
-	indexed map[string]map[string]bool // socket -> indexed channels
-	apps    map[string]string          // socket -> app, for indexed sockets
+	counts  map[string]int64             // app NUL channel -> local subscribers
+	pending map[string]int64             // not yet written deltas
+	indexed map[string]map[string]string // socket -> indexed channel -> credential hash
+	apps    map[string]string            // socket -> app, for indexed sockets
+	creds   map[string]string            // socket NUL channel -> credential for the next Subscribed
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -58,7 +59,7 @@ func NewRedisOccupancy(p *RedisPresence, indexPrefix string, logger *slog.Logger
 	}
 	o := &RedisOccupancy{
 		p: p, prefix: indexPrefix, log: logger,
-		counts: map[string]int64{}, pending: map[string]int64{}, indexed: map[string]map[string]bool{}, apps: map[string]string{},
+		counts: map[string]int64{}, pending: map[string]int64{}, indexed: map[string]map[string]string{}, apps: map[string]string{}, creds: map[string]string{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	p.mu.Lock()
@@ -76,6 +77,24 @@ func (o *RedisOccupancy) Subscribed(app, channel, socketID string) {
 	o.change(app, channel, socketID, 1)
 }
 
+// SetCredential records the credential hash (the Toolmark page token's, pusher.CredentialIndex)
+// that the index stores with the socket's next subscription to channel, or, when the socket is
+// already subscribed, updates it. It must not contain NUL or \x01.
+func (o *RedisOccupancy) SetCredential(app, channel, socketID, credential string) {
+	if o.prefix == "" || !strings.HasPrefix(channel, o.prefix) {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if set := o.indexed[socketID]; set != nil {
+		if _, ok := set[channel]; ok {
+			set[channel] = credential // unchanged on a repeated subscribe; written by Resync otherwise
+			return
+		}
+	}
+	o.creds[socketID+"\x00"+channel] = credential
+}
+
 // Unsubscribed implements Occupancy.
 func (o *RedisOccupancy) Unsubscribed(app, channel, socketID string) {
 	o.change(app, channel, socketID, -1)
@@ -91,13 +110,15 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 	var value string
 	if indexed {
 		set := o.indexed[socketID]
+		ck := socketID + "\x00" + channel
 		if delta > 0 {
 			if set == nil {
-				set = map[string]bool{}
+				set = map[string]string{}
 				o.indexed[socketID] = set
 				o.apps[socketID] = app
 			}
-			set[channel] = true
+			set[channel] = o.creds[ck]
+			delete(o.creds, ck)
 		} else {
 			delete(set, channel)
 		}
@@ -128,9 +149,13 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 	}
 }
 
-func indexValue(app string, set map[string]bool) string {
+// indexValue is "app NUL channel[\x01credential] NUL ...": channel names never hold either byte.
+func indexValue(app string, set map[string]string) string {
 	parts := []string{app}
-	for ch := range set {
+	for ch, cred := range set {
+		if cred != "" {
+			ch += "\x01" + cred
+		}
 		parts = append(parts, ch)
 	}
 	sort.Strings(parts[1:])
@@ -272,8 +297,9 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 	return out, nil
 }
 
-// Socket finds an indexed socket on any live node: its app and indexed channels.
-func (o *RedisOccupancy) Socket(ctx context.Context, socketID string) (app string, chans []string, ok bool, err error) {
+// Socket finds an indexed socket on any live node: its app and indexed channels, each mapped
+// to its credential hash ("" when none).
+func (o *RedisOccupancy) Socket(ctx context.Context, socketID string) (app string, subs map[string]string, ok bool, err error) {
 	nodes, err := o.liveNodes(ctx)
 	if err != nil {
 		return "", nil, false, err
@@ -289,7 +315,12 @@ func (o *RedisOccupancy) Socket(ctx context.Context, socketID string) (app strin
 	for _, c := range cmds {
 		if v, err := c.Result(); err == nil {
 			parts := strings.Split(v, "\x00")
-			return parts[0], parts[1:], true, nil
+			subs = make(map[string]string, len(parts)-1)
+			for _, p := range parts[1:] {
+				ch, cred, _ := strings.Cut(p, "\x01")
+				subs[ch] = cred
+			}
+			return parts[0], subs, true, nil
 		}
 	}
 	return "", nil, false, nil

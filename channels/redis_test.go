@@ -286,6 +286,7 @@ func TestRedisOccupancy(t *testing.T) {
 			}
 			regs[0].Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
 			regs[1].Subscribe("app", "news", &channelstest.Sink{ID: "2.1"})
+			occs[1].SetCredential("app", "private-toolmark.u1.c1", "2.1", "abc123")
 			regs[1].Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "2.1"})
 			regs[1].Subscribe("app2", "news", &channelstest.Sink{ID: "2.2"})
 			waitUntil(t, "counts from both nodes", func() bool {
@@ -297,7 +298,7 @@ func TestRedisOccupancy(t *testing.T) {
 				t.Fatalf("channels = %+v %v", list, err)
 			}
 			app, chans, ok, err := occs[0].Socket(ctx, "2.1")
-			if err != nil || !ok || app != "app" || len(chans) != 1 || chans[0] != "private-toolmark.u1.c1" {
+			if err != nil || !ok || app != "app" || len(chans) != 1 || chans["private-toolmark.u1.c1"] != "abc123" {
 				t.Fatalf("socket 2.1 from node A: %q %q %v %v", app, chans, ok, err)
 			}
 			if _, _, ok, _ := occs[0].Socket(ctx, "1.1"); ok {

@@ -38,6 +38,7 @@ type Registry struct {
 	presence PresenceStore
 	occ      Occupancy
 	cache    *cacheStore
+	sent     deliveryStats // broadcast fan-out counters (stats.go)
 }
 
 // Options wires the seams; nil Broker or Presence selects the in-memory one. Occupancy,
@@ -179,6 +180,7 @@ func (r *Registry) DeliverLocal(m Message) int {
 		n++
 	}
 	ch.mu.RUnlock()
+	r.sent.add(n, len(m.Frame))
 	return n
 }
 

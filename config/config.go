@@ -9,6 +9,7 @@ type Config struct {
 	Apps    []App   `mapstructure:"apps"`
 	Scaling Scaling `mapstructure:"scaling"`
 	Console Console `mapstructure:"console"`
+	Metrics Metrics `mapstructure:"metrics"`
 
 	// byID and byKey index Apps for AppByID and AppByKey. Validate builds them, so they point
 	// into Apps: the Config is read-only once Load (or Validate) has returned.
@@ -27,6 +28,24 @@ type Server struct {
 	TLS            TLS   `mapstructure:"tls"`
 	// ShutdownTimeoutSeconds bounds how long in-flight HTTP requests may take on SIGTERM (default 10).
 	ShutdownTimeoutSeconds int `mapstructure:"shutdown_timeout"`
+	Log                    Log `mapstructure:"log"`
+}
+
+// Log selects the log format and the minimum level; --log-level overrides Level.
+type Log struct {
+	Format string `mapstructure:"format"` // json | text (default json)
+	Level  string `mapstructure:"level"`  // debug | info | warn | error (default info)
+}
+
+// Metrics serves Prometheus text format. Off by default: a scrape endpoint on the public
+// listener is something an operator turns on, ideally with a token.
+type Metrics struct {
+	Enabled bool `mapstructure:"enabled"`
+	// Listen "" serves {server.path}/metrics on the main listener; "host:port" serves
+	// /metrics on a listener of its own (e.g. 127.0.0.1:9601, reachable only locally).
+	Listen string `mapstructure:"listen"`
+	// Token, when set, is required as "Authorization: Bearer <token>" (else 401).
+	Token string `mapstructure:"token"`
 }
 
 // TLS enables HTTPS/WSS when both files are set.
@@ -96,12 +115,33 @@ type Toolmark struct {
 	Enabled       bool `mapstructure:"enabled"`
 	CallTimeoutMS int  `mapstructure:"call_timeout_ms"` // default 30000
 	MaxTimeoutMS  int  `mapstructure:"max_timeout_ms"`  // default 600000
+	// PageAuth is how the page's POSTs authenticate: "token" (default) requires the
+	// X-Toolmark-Token the server sends on the page's channel as toolmark.session;
+	// "socket_id" accepts the socket id alone (weaker: the id leaks through headers and logs).
+	PageAuth string `mapstructure:"page_auth"`
+	// MCP serves the app's page tools at {server.path}/toolmark/mcp (needs Enabled too).
+	MCP ToolmarkMCP `mapstructure:"mcp"`
 }
+
+// ToolmarkMCP configures the MCP endpoint for one app: MCP clients authenticate with an HS256
+// JWT signed with the app's secret (iss = the app's key).
+type ToolmarkMCP struct {
+	Enabled bool `mapstructure:"enabled"` // default false: the endpoint answers 403 for this app
+}
+
+// Page authentication modes (toolmark.page_auth).
+const (
+	PageAuthToken    = "token"
+	PageAuthSocketID = "socket_id"
+)
 
 // Webhook is one receiver. Empty EventTypes means every event.
 type Webhook struct {
 	URL        string   `mapstructure:"url"`
 	EventTypes []string `mapstructure:"event_types"`
+	// Headers are sent with every POST to URL, e.g. {Authorization: "Bearer ..."} for a
+	// receiver behind a gateway. They cannot replace the headers the signature relies on.
+	Headers map[string]string `mapstructure:"headers"`
 }
 
 // IsEnabled reports the effective enabled flag.

@@ -18,6 +18,8 @@ const (
 	DefaultCallTimeoutMS        = 30000
 	DefaultMaxTimeoutMS         = 600000
 	DefaultScalingChannel       = "reverb"
+	DefaultLogFormat            = "json"
+	DefaultLogLevel             = "info"
 )
 
 // ApplyDefaults fills every field left at its zero value with its default and normalises
@@ -39,6 +41,12 @@ func (c *Config) ApplyDefaults() {
 	}
 	if s.ShutdownTimeoutSeconds == 0 {
 		s.ShutdownTimeoutSeconds = DefaultShutdownTimeout
+	}
+	if s.Log.Format == "" {
+		s.Log.Format = DefaultLogFormat
+	}
+	if s.Log.Level == "" {
+		s.Log.Level = DefaultLogLevel
 	}
 	if c.Scaling.Channel == "" {
 		c.Scaling.Channel = DefaultScalingChannel
@@ -62,6 +70,9 @@ func (a *App) applyDefaults() {
 	setInt(&a.MaxBatchSize, DefaultMaxBatchSize)
 	setInt(&a.Toolmark.CallTimeoutMS, DefaultCallTimeoutMS)
 	setInt(&a.Toolmark.MaxTimeoutMS, DefaultMaxTimeoutMS)
+	if a.Toolmark.PageAuth == "" {
+		a.Toolmark.PageAuth = PageAuthToken
+	}
 	if a.AcceptClientEventsFrom == "" {
 		a.AcceptClientEventsFrom = ClientEventsMembers
 	}

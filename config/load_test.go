@@ -89,7 +89,8 @@ func TestLoadDefaults(t *testing.T) {
 		a.PingInterval != 60 || a.ActivityTimeout != 30 || a.MaxConnections != 0 || a.MaxMessageSize != 10000 ||
 		a.AcceptClientEventsFrom != "members" || !a.UserAuthentication() || *a.EnableUserAuthentication != true ||
 		a.ClientEventsPerSecond() != 10 || a.MaxPresenceMembers != 100 || a.MaxBatchSize != 10 ||
-		a.Toolmark.CallTimeoutMS != 30000 || a.Toolmark.MaxTimeoutMS != 600000 || a.Toolmark.Enabled {
+		a.Toolmark.CallTimeoutMS != 30000 || a.Toolmark.MaxTimeoutMS != 600000 || a.Toolmark.Enabled ||
+		a.Toolmark.MCP.Enabled || a.Toolmark.PageAuth != "token" {
 		t.Errorf("app defaults: %+v", a)
 	}
 }
@@ -128,6 +129,18 @@ func TestServerPathNormalised(t *testing.T) {
 	}
 }
 
+// TestLoadToolmarkMCP: toolmark.mcp.enabled is read per app (the exact keys).
+func TestLoadToolmarkMCP(t *testing.T) {
+	clearEnv(t)
+	c, err := Load(writeFile(t, minimal+"    toolmark: {enabled: true, mcp: {enabled: true}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := c.Apps[0].Toolmark; !tm.Enabled || !tm.MCP.Enabled {
+		t.Fatalf("toolmark: %+v", tm)
+	}
+}
+
 func TestLoadRejectsUnknownKeys(t *testing.T) {
 	clearEnv(t)
 	tests := []struct{ yaml, want string }{
@@ -138,6 +151,7 @@ func TestLoadRejectsUnknownKeys(t *testing.T) {
 		{minimal + "    max_conections: 5\n", "apps[0].max_conections"},
 		{minimal + "  - {app_id: '2', key: k2, secret: s2, pingInterval: 1}\n", "apps[1].pinginterval"},
 		{minimal + "    toolmark: {enabled: true, timeout: 1}\n", "apps[0].toolmark.timeout"},
+		{minimal + "    toolmark: {enabled: true, mcp: {enabled: true, path: x}}\n", "apps[0].toolmark.mcp.path"},
 		{minimal + "    webhooks: [{url: 'http://x', events: [a]}]\n", "apps[0].webhooks[0].events"},
 		// Reverb's PHP names that this server does not have are refused, not ignored.
 		{minimal + "    rate_limiting: {enabled: true}\n", "apps[0].rate_limiting"},

@@ -62,6 +62,7 @@ func (c *Config) Validate() error {
 	if c.Console.Enabled && strings.TrimSpace(c.Console.Token) == "" {
 		v.add("console.token", "is required when console.enabled is true")
 	}
+	c.validateOps(v)
 
 	if len(c.Apps) == 0 {
 		v.add("apps", "at least one app is required (in the config file or via REVERB_APP_ID, REVERB_APP_KEY and REVERB_APP_SECRET)")
@@ -169,6 +170,12 @@ func (a *App) validate(v *validator, p string) {
 		v.add(p+".toolmark.call_timeout_ms", "must not exceed toolmark.max_timeout_ms (%d), got %d", t.MaxTimeoutMS, t.CallTimeoutMS)
 	}
 
+	switch t.PageAuth {
+	case PageAuthToken, PageAuthSocketID:
+	default:
+		v.add(p+".toolmark.page_auth", "must be one of token, socket_id, got %q", t.PageAuth)
+	}
+
 	for j, w := range a.Webhooks {
 		wp := fmt.Sprintf("%s.webhooks[%d]", p, j)
 		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -179,6 +186,7 @@ func (a *App) validate(v *validator, p string) {
 				v.add(fmt.Sprintf("%s.event_types[%d]", wp, k), "unknown event type %q (known: %s)", et, strings.Join(WebhookEventTypes, ", "))
 			}
 		}
+		checkWebhookHeaders(v, wp+".headers", w.Headers)
 	}
 }
 

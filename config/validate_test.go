@@ -27,6 +27,7 @@ func TestValidationErrors(t *testing.T) {
 		{"bad enum", minimal + app2 + ", accept_client_events_from: everyone}\n",
 			"apps[1].accept_client_events_from: must be one of members, all, none"},
 		{"enum is case-sensitive", minimal + "    accept_client_events_from: Members\n", "apps[0].accept_client_events_from"},
+		{"bad page_auth", minimal + "    toolmark: {page_auth: none}\n", "apps[0].toolmark.page_auth: must be one of token, socket_id"},
 		{"negative max_connections", minimal + "    max_connections: -1\n", "apps[0].max_connections: must be >= 0"},
 		{"negative max_message_size", minimal + "    max_message_size: -1\n", "apps[0].max_message_size: must be > 0"},
 		{"negative rate limit", minimal + "    client_event_rate_limit: -1\n", "apps[0].client_event_rate_limit: must be >= 0"},
@@ -43,6 +44,12 @@ func TestValidationErrors(t *testing.T) {
 		{"webhook ftp", minimal + "    webhooks: [{url: 'ftp://x/y'}]\n", "apps[0].webhooks[0].url: must be an absolute http(s) URL"},
 		{"webhook relative", minimal + "    webhooks: [{url: 'http://ok'}, {url: '/hook'}]\n", "apps[0].webhooks[1].url"},
 		{"webhook empty", minimal + "    webhooks: [{url: ''}]\n", "apps[0].webhooks[0].url"},
+		{"webhook header reserved", minimal + "    webhooks: [{url: 'https://x', headers: {X-Pusher-Signature: forged}}]\n",
+			"apps[0].webhooks[0].headers.x-pusher-signature: is set by the server"},
+		{"webhook header bad name", minimal + "    webhooks: [{url: 'https://x', headers: {'a b': v}}]\n",
+			`apps[0].webhooks[0].headers: "a b" is not a valid header name`},
+		{"webhook header newline", minimal + "    webhooks: [{url: 'https://x', headers: {X-Token: \"a\\r\\nX-Evil: 1\"}}]\n",
+			"apps[0].webhooks[0].headers.x-token: value must not contain control characters"},
 		{"webhook event type", minimal + "    webhooks: [{url: 'https://x', event_types: [channel_ocupied]}]\n",
 			`apps[0].webhooks[0].event_types[0]: unknown event type "channel_ocupied"`},
 		{"toolmark call > max", minimal + "    toolmark: {call_timeout_ms: 700000}\n",
@@ -116,7 +123,7 @@ apps:
     client_event_rate_limit: 0
     toolmark: {call_timeout_ms: 600000}
     webhooks:
-      - {url: "https://hooks.example.com/pusher"}
+      - {url: "https://hooks.example.com/pusher", headers: {Authorization: "Bearer t0k", X-Tenant: acme}}
       - {url: "http://127.0.0.1:9/x", event_types: [channel_occupied, channel_vacated, member_added, member_removed, client_event, cache_miss, subscription_count, toolmark_confirmed]}
   - {app_id: "2", key: k2, secret: s2, accept_client_events_from: none}
 `

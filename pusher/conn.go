@@ -25,6 +25,7 @@ const closeGrace = 2 * time.Second
 // subscription is a channel this socket is in; userID is set for presence channels.
 type subscription struct {
 	userID string
+	token  string // Toolmark page token (session.go), "" for other channels
 }
 
 // Conn is one client socket. Its reader goroutine owns the protocol state; other goroutines

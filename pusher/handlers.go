@@ -19,6 +19,7 @@ const (
 // handle dispatches one client frame. Bad input gets a pusher:error; the socket stays open.
 func (c *Conn) handle(raw []byte) {
 	c.observeIn()
+	c.app.stats.clientMessages.Add(1)
 	m, err := DecodeClientMessage(raw)
 	if err != nil {
 		c.sendError(codeInvalidMessage, "Invalid message format")
@@ -138,18 +139,25 @@ func (c *Conn) subscribe(data json.RawMessage) {
 		c.subscribePresence(name, member)
 		return
 	}
+	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
 	at := c.pauseWrites()
 	count, added := c.srv.reg.Subscribe(cfg.ID, name, c)
-	c.addSub(name, subscription{})
+	c.addSub(name, sub)
 	frames := [][]byte{subscribedFrame(name, "{}")}
+	if session != nil {
+		frames = [][]byte{session, frames[0]}
+	}
 	if kind.IsCache() {
 		frames = append(frames, c.cacheReplay(name))
 	}
 	c.resumeWrites(at, frames...)
 	// FIX(tests): was count == 1 alone, so a repeated subscribe by a channel's only
 	// subscriber emitted channel_occupied again.
-	if added && count == 1 {
+	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {
 		c.srv.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
+	}
+	if added {
+		c.srv.emitCount(cfg.ID, name)
 	}
 }
 
@@ -203,11 +211,14 @@ func (c *Conn) subscribePresence(name string, m channels.Member) {
 	c.resumeWrites(at, frames...)
 	// FIX(tests): was count == 1 alone, so a repeated subscribe by a channel's only
 	// subscriber emitted channel_occupied again.
-	if added && count == 1 {
+	if added && count == 1 && s.wants(cfg.ID, "channel_occupied") {
 		s.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
 	}
-	if first {
+	if first && s.wants(cfg.ID, "member_added") {
 		s.emit(cfg.ID, map[string]any{"name": "member_added", "channel": name, "user_id": m.UserID})
+	}
+	if added {
+		s.emitCount(cfg.ID, name)
 	}
 }
 
@@ -251,7 +262,9 @@ func (c *Conn) cacheReplay(name string) []byte {
 	if f, ok := c.srv.reg.CachedFrame(c.app.cfg.ID, name); ok {
 		return f
 	}
-	c.srv.emit(c.app.cfg.ID, map[string]any{"name": "cache_miss", "channel": name})
+	if c.srv.wants(c.app.cfg.ID, "cache_miss") {
+		c.srv.emit(c.app.cfg.ID, map[string]any{"name": "cache_miss", "channel": name})
+	}
 	return eventFrameNoData("pusher:cache_miss", name)
 }
 
@@ -300,7 +313,7 @@ func (c *Conn) unbindIfUnused(user string) {
 func (c *Conn) leave(name string, sub subscription) {
 	s := c.srv
 	appID := c.app.cfg.ID
-	remaining, _ := s.reg.Unsubscribe(appID, name, c.socketID)
+	remaining, removed := s.reg.Unsubscribe(appID, name, c.socketID)
 	c.observeSub(name, false)
 	if sub.userID != "" {
 		ctx := context.Background()
@@ -308,11 +321,16 @@ func (c *Conn) leave(name string, sub subscription) {
 		if err == nil && last {
 			removed := `{"user_id":` + string(appendJSONString(nil, sub.userID)) + `}`
 			_ = s.publish(ctx, appID, name, "pusher_internal:member_removed", removed, c.socketID)
-			s.emit(appID, map[string]any{"name": "member_removed", "channel": name, "user_id": sub.userID})
+			if s.wants(appID, "member_removed") {
+				s.emit(appID, map[string]any{"name": "member_removed", "channel": name, "user_id": sub.userID})
+			}
 		}
 	}
-	if remaining == 0 {
+	if remaining == 0 && s.wants(appID, "channel_vacated") {
 		s.emit(appID, map[string]any{"name": "channel_vacated", "channel": name})
+	}
+	if removed {
+		s.emitCount(appID, name)
 	}
 }
 
@@ -351,6 +369,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 		}
 		c.rateCount++
 		if c.rateCount > limit {
+			c.app.stats.rateLimited.Add(1)
 			c.sendError(codeClientEventsOff, "Client event rate limit exceeded")
 			return
 		}
@@ -358,7 +377,11 @@ func (c *Conn) clientEvent(m ClientMessage) {
 	data := clientEventData(m.Data)
 	payload := AppendEvent(make([]byte, 0, len(m.Event)+len(m.Channel)+len(data)+64), m.Event, m.Channel, data, sub.userID, true)
 	frame := TextFrame(payload)
+	c.app.stats.published.Add(1)
 	_ = c.srv.reg.Publish(context.Background(), channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
+	if !c.srv.wants(cfg.ID, "client_event") {
+		return
+	}
 	ev := map[string]any{"name": "client_event", "channel": m.Channel, "event": m.Event, "data": data, "socket_id": c.socketID}
 	if sub.userID != "" {
 		ev["user_id"] = sub.userID

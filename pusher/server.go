@@ -27,6 +27,7 @@ type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
 	obs   appCounters // counted only while a console observes (observe.go)
+	stats appStats    // metrics.go
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -55,8 +56,9 @@ type Options struct {
 type ClusterView interface {
 	SubscriptionCount(ctx context.Context, app, channel string) (int, error)
 	Channels(ctx context.Context, app, prefix string) ([]channels.ChannelInfo, error)
-	// Socket finds an indexed (toolmark) socket on any node.
-	Socket(ctx context.Context, socketID string) (app string, chans []string, ok bool, err error)
+	// Socket finds an indexed (toolmark) socket on any node: its app and indexed channels,
+	// each mapped to its credential hash ("" when none, see CredentialIndex).
+	Socket(ctx context.Context, socketID string) (app string, subs map[string]string, ok bool, err error)
 }
 
 // Server holds every app's sockets and channels on this node.
@@ -76,6 +78,7 @@ type Server struct {
 
 	flushers []*flusher
 	pollers  pollerSet
+	stats    serverStats // metrics.go
 
 	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
 	draining atomic.Bool
@@ -163,23 +166,14 @@ func (s *Server) ConnectionCount(appID string) int {
 // clusterTimeout bounds one cluster-wide read.
 const clusterTimeout = 2 * time.Second
 
-// Channels implements the bridge's socket lookup: the app and channels of a live socket.
-// A socket on another node is found through the cluster index, which holds only its
-// toolmark channels (the only ones the bridge looks at).
+// Channels returns the app and channels of a live socket anywhere in the cluster (see
+// Subscriptions).
 func (s *Server) Channels(socketID string) (appID string, chans []string, ok bool) {
-	if c := s.sockets.get(socketID); c != nil {
-		return c.app.cfg.ID, c.Channels(), true
+	appID, subs, ok := s.Subscriptions(socketID)
+	for name := range subs {
+		chans = append(chans, name)
 	}
-	if s.cluster == nil {
-		return "", nil, false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
-	defer cancel()
-	app, chans, ok, err := s.cluster.Socket(ctx, socketID)
-	if err != nil {
-		s.log.Warn("cluster socket lookup failed", "error", err)
-	}
-	return app, chans, ok
+	return appID, chans, ok
 }
 
 // subscriptionCount is the channel's count over the cluster, or this node's.
@@ -227,6 +221,7 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
 	s.observeOut(appID)
+	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
 	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
@@ -240,7 +235,9 @@ func (s *Server) MemberGone(appID, channel, userID string) {
 	if err := s.publish(context.Background(), appID, channel, "pusher_internal:member_removed", removed, ""); err != nil {
 		s.log.Warn("member_removed not published to other nodes", "app", appID, "channel", channel, "error", err)
 	}
-	s.emit(appID, map[string]any{"name": "member_removed", "channel": channel, "user_id": userID})
+	if s.wants(appID, "member_removed") {
+		s.emit(appID, map[string]any{"name": "member_removed", "channel": channel, "user_id": userID})
+	}
 }
 
 // Shutdown tells every client to reconnect (4200) and waits until their sockets are closed

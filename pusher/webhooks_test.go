@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,4 +161,40 @@ func (ts *tserver) waitPongHandled(t *testing.T, c *client) {
 		t.Fatal("socket not found")
 	}
 	eventually(t, "pong handled", func() bool { return conn.pingSentAt.Load() == 0 })
+}
+
+// picky is a recorder that wants only some event names.
+type picky struct {
+	recorder
+	want map[string]bool
+}
+
+func (p *picky) Wants(_, name string) bool { return p.want[name] }
+
+// TestWebhookWants: events no webhook wants are never built or emitted; a changed
+// subscription count is reported when wanted.
+func TestWebhookWants(t *testing.T) {
+	rec := &picky{want: map[string]bool{"channel_occupied": true, "subscription_count": true}}
+	ts := newServer(t, withOptions(func(o *Options) { o.Webhooks = rec }))
+	a, b := ts.connect(t), ts.connect(t)
+	a.subscribe("room")
+	b.subscribe("room")
+	ts.subscribePresence(a, "presence-p", `{"user_id":"u1"}`)
+	ts.subscribePrivate(b, "private-c")
+	ts.subscribePrivate(a, "private-c")
+	a.send(map[string]any{"event": "client-hi", "channel": "private-c", "data": map[string]any{"x": 1}})
+	b.waitEvent("client-hi", "private-c")
+	b.subscribe("cache-c")
+	_ = a.ws.Close()
+	b.ping()
+	eventually(t, "a's leaves counted", func() bool { return rec.count("subscription_count:room") == 3 })
+	for _, n := range rec.names() {
+		name, _, _ := strings.Cut(n, ":")
+		if !rec.want[name] {
+			t.Errorf("emitted %s, which is not wanted", n)
+		}
+	}
+	if rec.count("channel_occupied:room") != 1 || rec.count("subscription_count:cache-c") != 1 {
+		t.Errorf("events: %v", rec.names())
+	}
 }

@@ -21,6 +21,7 @@ import (
 func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) {
 	app := s.appsKey[appKey]
 	if reason := s.admit(app, r); reason != CloseNone {
+		s.countRefused(app, reason)
 		if ws, err := s.upgrader.Upgrade(w, r, nil); err == nil {
 			s.refuse(ws, reason)
 		}
@@ -85,6 +86,7 @@ func (s *Server) register(c *Conn) bool {
 	s.activeMu.Unlock()
 	c.lastActivity.Store(s.now().UnixNano())
 	c.observeOpen()
+	app.stats.opened.Add(1)
 	return true
 }
 
@@ -304,6 +306,7 @@ func (c *Conn) cleanup() {
 	}
 	c.app.conns.Add(-1)
 	c.observeClose()
+	c.app.stats.closed[c.closeReason()].Add(1)
 	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
 }
 

@@ -173,6 +173,7 @@ func testOptions(logs *syncBuffer) Options {
 		BatchWindow: 0,
 		FirstRetry:  5 * time.Millisecond,
 		RetryFor:    5 * time.Second,
+		Hold:        20 * time.Millisecond,
 		Logger:      slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 }
@@ -208,8 +209,19 @@ func hmacHex(secret string, body []byte) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// settled: nothing queued, in flight or held.
 func settled(d *Dispatcher) func() bool {
-	return func() bool { return d.Stats().Pending == 0 }
+	return func() bool {
+		if d.Stats().Pending != 0 {
+			return false
+		}
+		if d.mem == nil {
+			return true
+		}
+		d.mem.mu.Lock()
+		defer d.mem.mu.Unlock()
+		return len(d.mem.holds) == 0
+	}
 }
 
 func appsOf(apps ...config.App) []config.App { return apps }

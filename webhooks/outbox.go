@@ -3,7 +3,6 @@ package webhooks
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,174 +14,205 @@ import (
 	"time"
 )
 
-// overflowLogEvery rate-limits the overflow log per outbox: a dead receiver under load
-// would otherwise log once per dropped event.
-const overflowLogEvery = 10 * time.Second
-
 // maxDrain bounds how much of a response body is read so the connection can be reused
 // without letting a receiver make us read forever.
 const maxDrain = 64 << 10
 
-// queued is one encoded event and when it was queued (monotonic, for the batch window).
-type queued struct {
-	raw json.RawMessage
-	at  time.Time
-}
-
-// outbox is the ordered queue for one app+URL. At most one goroutine (run) drains it, which
-// is what keeps order and allows one in-flight batch per URL; the goroutine exits when the
-// queue is empty, so idle URLs cost no goroutine.
+// outbox delivers one app+URL's queue, which lives in the store. At most one goroutine per
+// process (run) drains it, and the store's lease makes that one per cluster, which is what
+// keeps order and allows one in-flight batch per URL; the goroutine exits when the queue
+// is empty, so idle URLs cost no goroutine.
 type outbox struct {
 	d      *Dispatcher
+	key    string // in the store
 	appID  string
 	url    string
 	logURL string // without user info or query: safe to log
 
-	// wake is poked when the queue reaches MaxBatch, so run stops waiting for the window.
+	// wake is poked when MaxBatch events were queued, so run stops waiting for the window.
 	wake chan struct{}
 
-	mu       sync.Mutex
-	key      string // credentials as of the last SetApps; read per attempt
-	secret   string
-	queue    []queued
-	inflight int  // events taken by run and not yet sent or dropped
-	running  bool // a run goroutine exists (or is about to)
-
-	overflowSince  int       // drops not yet logged
-	overflowLogged time.Time // last overflow log line; zero = never
+	mu      sync.Mutex
+	apiKey  string // credentials and headers as of the last SetApps; read per attempt
+	secret  string
+	headers map[string]string
+	running bool // a run goroutine exists (or is about to)
+	dirty   bool // poked since run last looked at the store
+	queued  int  // events this process queued since the last claim (for MaxBatch)
 }
 
-func newOutbox(d *Dispatcher, appID, rawURL, logURL string) *outbox {
-	return &outbox{d: d, appID: appID, url: rawURL, logURL: logURL, wake: make(chan struct{}, 1)}
+func newOutbox(d *Dispatcher, key, appID, rawURL, logURL string) *outbox {
+	return &outbox{d: d, key: key, appID: appID, url: rawURL, logURL: logURL, wake: make(chan struct{}, 1)}
 }
 
-func (ob *outbox) setCreds(key, secret string) {
-	ob.mu.Lock()
-	ob.key, ob.secret = key, secret
-	ob.mu.Unlock()
-}
-
-func (ob *outbox) creds() (key, secret string) {
+// setCreds stores the app's credentials and the webhook's headers; merge adds headers of a
+// second entry with the same URL to the first's.
+func (ob *outbox) setCreds(key, secret string, headers map[string]string, merge bool) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
-	return ob.key, ob.secret
+	ob.apiKey, ob.secret = key, secret
+	if !merge {
+		ob.headers = nil
+	}
+	for k, v := range headers {
+		if ob.headers == nil {
+			ob.headers = make(map[string]string, len(headers))
+		}
+		ob.headers[k] = v
+	}
 }
 
-// idle reports whether the outbox holds nothing and has no goroutine.
+func (ob *outbox) creds() (key, secret string, headers map[string]string) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	return ob.apiKey, ob.secret, ob.headers
+}
+
+// idle reports whether the outbox has no goroutine and (in memory) nothing queued.
 func (ob *outbox) idle() bool {
 	ob.mu.Lock()
-	defer ob.mu.Unlock()
-	return !ob.running && len(ob.queue) == 0 && ob.inflight == 0
+	running := ob.running
+	ob.mu.Unlock()
+	if running {
+		return false
+	}
+	if ob.d.mem != nil {
+		n, _ := ob.d.mem.Size(context.Background(), ob.key)
+		return n == 0
+	}
+	return true
 }
 
-// enqueue appends raw, dropping the oldest queued event when the outbox is full, and starts
-// the delivery goroutine if there is none. The caller holds d.mu (read), which orders this
-// wg.Add before Close's wg.Wait.
-func (ob *outbox) enqueue(raw json.RawMessage) {
+// poke says the store may hold work for this outbox (n events were just queued by this
+// process, 0 for a poll) and starts the delivery goroutine if there is none.
+func (ob *outbox) poke(n int) {
 	d := ob.d
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
-
-	if len(ob.queue) >= d.outboxLimit {
-		ob.queue[0] = queued{} // let the dropped bytes be collected
-		ob.queue = ob.queue[1:]
-		d.dropped.Add(1)
-		d.pending.Add(-1)
-		ob.noteOverflow()
-	}
-	ob.queue = append(ob.queue, queued{raw: raw, at: time.Now()})
-	d.pending.Add(1)
-
-	if !ob.running {
-		ob.running = true
-		d.wg.Add(1)
-		go ob.run()
-	} else if len(ob.queue) >= d.maxBatch {
-		select {
-		case ob.wake <- struct{}{}:
-		default:
+	ob.dirty = true
+	ob.queued += n
+	if ob.running {
+		if ob.queued >= d.maxBatch {
+			select {
+			case ob.wake <- struct{}{}:
+			default:
+			}
 		}
-	}
-}
-
-// noteOverflow logs the first overflow at once and then at most every overflowLogEvery,
-// with the number of events dropped in between. Caller holds ob.mu.
-func (ob *outbox) noteOverflow() {
-	ob.overflowSince++
-	now := time.Now()
-	if !ob.overflowLogged.IsZero() && now.Sub(ob.overflowLogged) < overflowLogEvery {
 		return
 	}
-	ob.overflowLogged = now
-	ob.d.log.Warn("webhook outbox full, dropped oldest events",
-		"app_id", ob.appID, "url", ob.logURL, "dropped", ob.overflowSince, "limit", ob.d.outboxLimit)
-	ob.overflowSince = 0
+	d.runMu.Lock()
+	if d.stopped {
+		d.runMu.Unlock()
+		return
+	}
+	d.wg.Add(1)
+	d.runMu.Unlock()
+	ob.running = true
+	go ob.run()
 }
 
-// run delivers batches until the queue is empty, then exits.
+// run claims and delivers batches until the store has none for this node, then exits.
 func (ob *outbox) run() {
-	defer ob.d.wg.Done()
+	d := ob.d
+	defer d.wg.Done()
+	ob.waitWindow()
 	for {
-		batch := ob.next()
-		if batch == nil {
+		ob.mu.Lock()
+		ob.dirty = false
+		ob.mu.Unlock()
+		if d.ctx.Err() != nil {
+			if d.mem != nil {
+				ob.dropAll()
+			}
+			ob.exit()
 			return
 		}
+		if d.shared && isClosed(d.closing) {
+			ob.exit()
+			return
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+		batch, ok, err := d.store.Claim(ctx, ob.key, d.owner, d.maxBatch, d.lease)
+		cancel()
+		if err != nil {
+			d.log.Warn("webhook outbox not readable; retried at the next poll",
+				"app_id", ob.appID, "url", ob.logURL, "error", err)
+			ob.exit()
+			return
+		}
+		if !ok || len(batch) == 0 {
+			ob.mu.Lock()
+			if ok && ob.dirty {
+				ob.mu.Unlock()
+				continue
+			}
+			ob.running, ob.queued = false, 0
+			ob.mu.Unlock()
+			return
+		}
+		ob.mu.Lock()
+		ob.queued = max(0, ob.queued-len(batch))
+		ob.mu.Unlock()
+		// On false the loop's checks end it: Close's context ended (memory: the rest is
+		// dropped), a shared store is closing, or the lease was lost (the claim is refused).
 		ob.deliver(batch)
 	}
 }
 
-// next waits until a batch is due and takes it: when MaxBatch events are queued, when the
-// oldest queued event has waited BatchWindow, or at once while closing. It returns nil (and
-// marks the outbox not running, under the same lock Emit checks) when there is nothing left.
-// After Close's context has ended it drops whatever is queued.
-func (ob *outbox) next() []json.RawMessage {
-	d := ob.d
+func (ob *outbox) exit() {
 	ob.mu.Lock()
-	for {
-		if d.ctx.Err() != nil && len(ob.queue) > 0 {
-			n := len(ob.queue)
-			ob.queue = nil
-			d.dropped.Add(uint64(n))
-			d.pending.Add(-int64(n))
-			d.log.Error("webhook events dropped at shutdown", "app_id", ob.appID, "url", ob.logURL, "events", n)
-		}
-		if len(ob.queue) == 0 {
-			ob.running = false
-			ob.queue = nil // release the backing array of a burst
-			ob.mu.Unlock()
-			return nil
-		}
-		wait := time.Until(ob.queue[0].at.Add(d.batchWindow))
-		if len(ob.queue) >= d.maxBatch || wait <= 0 || isClosed(d.closing) {
-			n := min(len(ob.queue), d.maxBatch)
-			batch := make([]json.RawMessage, n)
-			for i := range n {
-				batch[i] = ob.queue[i].raw
-				ob.queue[i] = queued{}
-			}
-			ob.queue = ob.queue[n:]
-			ob.inflight = n
-			ob.mu.Unlock()
-			return batch
-		}
-		ob.mu.Unlock()
+	ob.running, ob.queued = false, 0
+	ob.mu.Unlock()
+}
 
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ob.wake:
-		case <-d.closing:
-		case <-d.ctx.Done():
+// waitWindow lets events gather for the batch window, unless MaxBatch are already queued
+// or the Dispatcher is closing.
+func (ob *outbox) waitWindow() {
+	d := ob.d
+	if d.batchWindow <= 0 {
+		return
+	}
+	ob.mu.Lock()
+	full := ob.queued >= d.maxBatch
+	ob.mu.Unlock()
+	if full || isClosed(d.closing) {
+		return
+	}
+	t := time.NewTimer(d.batchWindow)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ob.wake:
+	case <-d.closing:
+	case <-d.ctx.Done():
+	}
+}
+
+// dropAll empties the outbox after Close's context ended (memory store only).
+func (ob *outbox) dropAll() {
+	d := ob.d
+	total := 0
+	for {
+		batch, ok, _ := d.store.Claim(context.Background(), ob.key, d.owner, d.maxBatch, d.lease)
+		if !ok || len(batch) == 0 {
+			break
 		}
-		t.Stop()
-		ob.mu.Lock()
+		_, _ = d.store.Ack(context.Background(), ob.key, d.owner)
+		total += len(batch)
+	}
+	if total > 0 {
+		d.dropped.Add(uint64(total))
+		d.log.Error("webhook events dropped at shutdown", "app_id", ob.appID, "url", ob.logURL, "events", total)
 	}
 }
 
 // deliver POSTs one batch until a 2xx, retrying the same body with backoff until RetryFor
-// has passed since the first attempt. The signature is computed per attempt with the
-// current secret, so a secret rotated by SetApps applies to retries too.
-func (ob *outbox) deliver(batch []json.RawMessage) {
+// has passed since the first attempt, and acknowledges it in the store. The signature is
+// computed per attempt with the current secret, so a secret rotated by SetApps applies to
+// retries too. It returns false when this node must stop delivering the outbox: Close's
+// context ended, a shared store's Dispatcher is closing (the batch stays in flight in the
+// store for the next owner), or the lease was lost.
+func (ob *outbox) deliver(batch [][]byte) bool {
 	d := ob.d
 	body := encodeBody(d.now(), batch)
 	n := len(batch)
@@ -190,54 +220,128 @@ func (ob *outbox) deliver(batch []json.RawMessage) {
 	delay := d.firstRetry
 
 	for attempt := 1; ; attempt++ {
-		key, secret := ob.creds()
-		err := ob.post(body, key, sign(secret, body))
+		if attempt > 1 {
+			d.retried.Add(1)
+		}
+		key, secret, headers := ob.creds()
+		err := ob.post(body, key, sign(secret, body), headers)
 		ob.observe(n, attempt, err)
 		if err == nil {
 			d.sent.Add(uint64(n))
 			d.batches.Add(1)
-			ob.finish(n)
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			acked, aerr := d.store.Ack(ctx, ob.key, d.owner)
+			cancel()
+			if aerr != nil || !acked {
+				d.log.Warn("webhook batch delivered but its lease was lost; the next owner may send it again",
+					"app_id", ob.appID, "url", ob.logURL, "events", n, "error", aerr)
+			}
 			if attempt > 1 {
 				d.log.Info("webhook delivered after retries",
 					"app_id", ob.appID, "url", ob.logURL, "events", n, "attempts", attempt)
 			}
-			return
+			return aerr == nil && acked
 		}
 		d.failed.Add(1)
 
 		if d.ctx.Err() != nil {
-			ob.drop(n, "webhook batch dropped at shutdown", attempt, err)
-			return
+			return ob.stop(n, attempt, err)
+		}
+		if d.shared && isClosed(d.closing) {
+			return ob.stop(n, attempt, err)
 		}
 		elapsed := time.Since(first)
 		if elapsed >= d.retryFor {
 			ob.drop(n, "webhook batch dropped: retry period exhausted", attempt, err)
-			return
+			return true
 		}
 		wait := min(jitter(delay), d.retryFor-elapsed)
 		d.log.Warn("webhook delivery failed, will retry",
 			"app_id", ob.appID, "url", ob.logURL, "events", n, "attempt", attempt,
 			"error", err, "retry_in", wait)
-		if !sleep(d.ctx, wait) {
-			ob.drop(n, "webhook batch dropped at shutdown", attempt, err)
-			return
+		switch ob.sleepRenew(wait) {
+		case sleptLost:
+			d.log.Warn("webhook outbox lease lost while retrying; another node sends the batch",
+				"app_id", ob.appID, "url", ob.logURL, "events", n)
+			return false
+		case sleptStopped:
+			return ob.stop(n, attempt, err)
 		}
 		delay = min(delay*2, MaxBackoff)
 	}
 }
 
-func (ob *outbox) drop(n int, msg string, attempts int, err error) {
-	ob.d.dropped.Add(uint64(n))
-	ob.finish(n)
-	ob.d.log.Error(msg, "app_id", ob.appID, "url", ob.logURL, "events", n,
-		"attempts", attempts, "error", err)
+// stop ends delivery at shutdown: a memory batch is dropped, a shared one stays in flight
+// in the store for the next owner.
+func (ob *outbox) stop(n, attempts int, err error) bool {
+	d := ob.d
+	if d.mem != nil {
+		ob.drop(n, "webhook batch dropped at shutdown", attempts, err)
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_ = d.store.Release(ctx, ob.key, d.owner)
+	d.log.Info("webhook batch left in the store at shutdown for the next owner",
+		"app_id", ob.appID, "url", ob.logURL, "events", n, "attempts", attempts)
+	return false
 }
 
-func (ob *outbox) finish(n int) {
-	ob.d.pending.Add(-int64(n))
-	ob.mu.Lock()
-	ob.inflight = 0
-	ob.mu.Unlock()
+type sleepResult int
+
+const (
+	slept sleepResult = iota
+	sleptStopped
+	sleptLost
+)
+
+// sleepRenew waits d, renewing a shared store's lease every third of it. A shared store's
+// wait also ends at Close, since the batch is safe in the store.
+func (ob *outbox) sleepRenew(wait time.Duration) sleepResult {
+	d := ob.d
+	end := time.Now().Add(wait)
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return slept
+		}
+		chunk := left
+		if d.shared {
+			chunk = min(left, d.lease/3)
+		}
+		var closing <-chan struct{}
+		if d.shared {
+			closing = d.closing
+		}
+		t := time.NewTimer(chunk)
+		select {
+		case <-t.C:
+		case <-d.ctx.Done():
+			t.Stop()
+			return sleptStopped
+		case <-closing:
+			t.Stop()
+			return sleptStopped
+		}
+		if d.shared {
+			ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+			ok, err := d.store.Renew(ctx, ob.key, d.owner, d.lease)
+			cancel()
+			if err == nil && !ok {
+				return sleptLost
+			}
+		}
+	}
+}
+
+func (ob *outbox) drop(n int, msg string, attempts int, err error) {
+	d := ob.d
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	_, _ = d.store.Ack(ctx, ob.key, d.owner)
+	cancel()
+	d.dropped.Add(uint64(n))
+	d.log.Error(msg, "app_id", ob.appID, "url", ob.logURL, "events", n,
+		"attempts", attempts, "error", err)
 }
 
 // statusError is a non-2xx answer.
@@ -247,11 +351,16 @@ func (e statusError) Error() string { return "status " + strconv.Itoa(int(e)) }
 
 // post makes one attempt. Errors are stripped of the URL (which url.Error would include,
 // query string and all) so they can be logged.
-func (ob *outbox) post(body []byte, key, sig string) error {
+func (ob *outbox) post(body []byte, key, sig string, headers map[string]string) error {
 	req, err := http.NewRequestWithContext(ob.d.ctx, http.MethodPost, ob.url, bytes.NewReader(body))
 	if err != nil {
 		return errors.New("cannot build request")
 	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	// Set after the configured headers: config validation refuses these names, and this
+	// order keeps the signature intact even if one slipped through.
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Pusher-Key", key)
 	req.Header.Set("X-Pusher-Signature", sig)
@@ -273,7 +382,7 @@ func (ob *outbox) post(body []byte, key, sig string) error {
 
 // encodeBody builds {"time_ms":...,"events":[...]} from already-encoded events, so the
 // bytes signed are exactly the bytes sent, on every attempt.
-func encodeBody(now time.Time, events []json.RawMessage) []byte {
+func encodeBody(now time.Time, events [][]byte) []byte {
 	size := 32
 	for _, e := range events {
 		size += len(e) + 1
@@ -299,18 +408,6 @@ func jitter(d time.Duration) time.Duration {
 	}
 	half := d / 2
 	return half + rand.N(d-half+1)
-}
-
-// sleep waits for d or until ctx ends; it reports whether the full wait elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 func isClosed(ch <-chan struct{}) bool {

@@ -1,22 +1,33 @@
 // Package webhooks delivers Pusher-style webhooks: signed, batched, retried POSTs to the URLs
-// each app configures. It exists so that event producers (channel_occupied, member_added, …,
-// and the Toolmark bridge's toolmark_confirmed) only ever call Emit, which encodes the event
-// once and appends it to a bounded in-memory outbox per app+URL; everything slow (HTTP,
-// retries, backoff) happens on a per-URL goroutine that exists only while that outbox has
-// work. A broken or slow receiver therefore never blocks a connection, the broadcaster, or
-// another receiver.
+// each app configures, with Pusher's semantics: channel_vacated and member_removed are held
+// for 3 s and dropped when the channel is occupied again or the user rejoins within the
+// hold (and then no second channel_occupied or member_added goes out either); cache_miss
+// goes out once per channel occupation; subscription_count is debounced per channel.
+//
+// Producers (the pusher server, the Toolmark bridge's toolmark_confirmed) call Wants, which
+// is one map lookup, and only then build the event and call Emit, which never blocks: it
+// encodes the event once and hands it to the Store. Everything slow (HTTP, retries,
+// backoff, Redis) happens on goroutines of this package, so a broken or slow receiver never
+// blocks a connection, the broadcaster, or another receiver.
+//
+// The Store is the seam. MemoryStore serves one process. RedisStore makes every decision
+// cluster-wide (occupied/vacated from the nodes' combined occupancy, the holds shared so a
+// user leaving on one node and rejoining on another within 3 s sends nothing) and keeps the
+// outboxes in Redis, leased to one node at a time: each event is sent by one node, and a
+// restart or crash loses nothing queued (delivery is at least once: the batch in flight
+// when a node dies is sent again by the node that takes its lease over).
 //
 // Wire format (Pusher's): POST {"time_ms":<unix ms>,"events":[...]} with Content-Type
-// application/json, X-Pusher-Key: <app key> and X-Pusher-Signature: lower-case hex
-// HMAC-SHA256 of the exact body bytes with the app secret.
-//
-// Delivery is at-least-once while the process lives: a batch is retried with the same body
-// until a 2xx or until Options.RetryFor has passed since its first attempt. The outbox is
-// memory only, so events still queued when the process dies are lost.
+// application/json, X-Pusher-Key: <app key>, X-Pusher-Signature: lower-case hex
+// HMAC-SHA256 of the exact body bytes with the app secret, and the webhook's configured
+// headers.
 package webhooks
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +47,16 @@ import (
 // the caller may reuse or change the map once Emit returns.
 type Event map[string]any
 
+// Event names with semantics of their own.
+const (
+	ChannelOccupied   = "channel_occupied"
+	ChannelVacated    = "channel_vacated"
+	MemberAdded       = "member_added"
+	MemberRemoved     = "member_removed"
+	CacheMiss         = "cache_miss"
+	SubscriptionCount = "subscription_count"
+)
+
 // Defaults, chosen to match Pusher's behaviour where Pusher documents one.
 const (
 	DefaultTimeout     = 10 * time.Second
@@ -51,10 +72,38 @@ const (
 	// MaxBackoff caps the exponential backoff so a receiver that comes back after a long
 	// outage is retried within half a minute.
 	MaxBackoff = 30 * time.Second
+	// DefaultHold is Pusher's delay of channel_vacated and member_removed.
+	DefaultHold = 3 * time.Second
+	// DefaultCountDebounce is the longest a subscription_count waits for further changes of
+	// the same channel: a burst of subscribes yields one event with the final count.
+	DefaultCountDebounce = time.Second
+	// DefaultLease is how long a node owns an outbox without renewing (it renews every
+	// third of it); a node that dies holding it is taken over after at most this long.
+	DefaultLease = 15 * time.Second
+	// DefaultPoll is how often a node looks at every outbox of a shared store, to send
+	// what other nodes queued or left behind.
+	DefaultPoll = 500 * time.Millisecond
+	// DefaultNodeTTL is how long a node may miss heartbeats before another removes its
+	// channel occupancy.
+	DefaultNodeTTL = 10 * time.Second
+	// DefaultOpsLimit bounds the events waiting for a shared store (while Redis is slow).
+	DefaultOpsLimit = 10000
 )
+
+// tick is how often holds are checked: they fire at most this late.
+const tick = 100 * time.Millisecond
+
+// opTimeout bounds one store operation of the delivery and decision loops.
+const opTimeout = 5 * time.Second
 
 // Options tunes a Dispatcher. The zero value of every field means its default.
 type Options struct {
+	// Store holds outboxes and decisions (default NewMemoryStore()). A store other than
+	// *MemoryStore is treated as shared and slow: Emit queues work for it on a bounded
+	// queue and a Close leaves what is queued in it for the next owner.
+	Store Store
+	// NodeID names this node in a shared store (default a random id).
+	NodeID string
 	// Client sends the POSTs. Default: a client with a 10s timeout that does not follow
 	// redirects (a 3xx is a failed attempt), because following a 301/302 would turn the
 	// signed POST into a bodiless GET whose 2xx would wrongly count as delivered. A
@@ -74,6 +123,14 @@ type Options struct {
 	// FirstRetry is the first backoff (default 1s; values >= 2s are replaced by the default).
 	// Each later backoff doubles, with jitter, capped at 30s.
 	FirstRetry time.Duration
+	// Hold delays channel_vacated and member_removed (default 3s).
+	Hold time.Duration
+	// CountDebounce delays subscription_count (default 1s).
+	CountDebounce time.Duration
+	// Lease, Poll and NodeTTL tune a shared store (defaults 15s, 500ms, 10s).
+	Lease, Poll, NodeTTL time.Duration
+	// OpsLimit bounds the work queued for a shared store (default 10000).
+	OpsLimit int
 	// Logger receives structured logs; never secrets or event bodies. Default slog.Default().
 	Logger *slog.Logger
 	// Now stamps time_ms in the body (default time.Now). Waiting (batch window, backoff,
@@ -81,52 +138,163 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Stats are cumulative counters. Sent, Dropped and Pending count event deliveries: one
-// event emitted to an app with two matching URLs counts twice.
+// Stats are cumulative counters, for metrics. Sent, Dropped and Pending count event
+// deliveries: one event emitted to an app with two matching URLs counts twice.
 type Stats struct {
-	// Sent counts events acknowledged by a 2xx.
+	// Sent counts events acknowledged by a 2xx (delivered).
 	Sent uint64
 	// Batches counts successful POSTs.
 	Batches uint64
 	// Failed counts failed attempts (non-2xx, network error, timeout); a batch that is
 	// retried five times adds five.
 	Failed uint64
+	// Retried counts attempts after a batch's first.
+	Retried uint64
 	// Dropped counts events given up on: outbox overflow, RetryFor exhausted, Close's
-	// context ended, emitted after Close, or an invalid event (no name, not encodable).
+	// context ended, emitted after Close, an invalid event (no name, not encodable), or a
+	// shared store that could not take it.
 	Dropped uint64
-	// Pending is the number of events queued or in flight right now.
+	// Pending is the number of events queued or in flight (the outbox size). With a
+	// shared store it is the cluster's total as of the last poll, plus what this node has
+	// not yet handed to the store.
 	Pending int64
 }
 
-// Dispatcher owns the outboxes. It is safe for concurrent use.
+// Dispatcher routes events to outboxes and runs their delivery. It is safe for concurrent use.
 type Dispatcher struct {
-	client      *http.Client
-	batchWindow time.Duration
-	maxBatch    int
-	outboxLimit int
-	retryFor    time.Duration
-	firstRetry  time.Duration
-	log         *slog.Logger
-	now         func() time.Time
+	store  Store
+	mem    *MemoryStore // == store when the store is the in-process one
+	shared bool         // store is not in-process: work goes through ops
+	owner  string
 
-	// mu guards routes, outboxes and closed. Lock order: mu before outbox.mu.
+	client        *http.Client
+	batchWindow   time.Duration
+	maxBatch      int
+	outboxLimit   int
+	retryFor      time.Duration
+	firstRetry    time.Duration
+	hold          time.Duration
+	countDebounce time.Duration
+	lease         time.Duration
+	poll          time.Duration
+	nodeTTL       time.Duration
+	log           *slog.Logger
+	now           func() time.Time
+
+	// mu guards routes, outboxes, counter and closed. Lock order: mu before outbox.mu.
 	mu       sync.RWMutex
-	routes   map[string][]route // app id -> where its events go
-	outboxes map[string]*outbox // outboxKey(app id, url) -> outbox, kept across SetApps
+	routes   map[string]*appRoutes // app id -> where its events go
+	outboxes map[string]*outbox    // outbox key -> outbox, kept across SetApps
+	counter  func(ctx context.Context, app, channel string) (int, error)
 	closed   bool
 
-	// closing is closed by Close: outboxes stop waiting for their batch window.
+	ops      chan op // shared store only
+	opsDone  chan struct{}
+	opsCount atomic.Int64 // events in ops not yet handed to the store
+	tickStop chan struct{}
+	tickDone chan struct{}
+
+	// closing is closed by Close: outboxes stop waiting for their batch window (and, on a
+	// shared store, stop after their current attempt).
 	closing   chan struct{}
 	closeOnce sync.Once
 	// ctx is cancelled when Close's context ends: in-flight requests and backoffs abort and
-	// whatever is still queued is dropped.
+	// whatever is still queued in memory is dropped.
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// runMu orders starting a delivery goroutine (wg.Add) before Close's wg.Wait.
+	runMu   sync.Mutex
+	stopped bool
+	wg      sync.WaitGroup
 
-	sent, batches, failed, dropped atomic.Uint64
-	pending                        atomic.Int64
-	obs                            atomic.Pointer[observerBox] // the console's (observe.go)
+	sent, batches, failed, retried, dropped atomic.Uint64
+	sharedSize                              atomic.Int64                // shared store: total as of the last poll
+	overflowLogged, storeErrLogged          atomic.Int64                // unix nanos of the last such log
+	obs                                     atomic.Pointer[observerBox] // the console's (observe.go)
+}
+
+// New returns a Dispatcher with no apps; call SetApps before events are expected.
+func New(opts Options) *Dispatcher {
+	d := &Dispatcher{
+		store:         opts.Store,
+		client:        opts.Client,
+		batchWindow:   opts.BatchWindow,
+		maxBatch:      opts.MaxBatch,
+		outboxLimit:   opts.OutboxLimit,
+		retryFor:      opts.RetryFor,
+		firstRetry:    opts.FirstRetry,
+		hold:          opts.Hold,
+		countDebounce: opts.CountDebounce,
+		lease:         opts.Lease,
+		poll:          opts.Poll,
+		nodeTTL:       opts.NodeTTL,
+		log:           opts.Logger,
+		now:           opts.Now,
+		routes:        map[string]*appRoutes{},
+		outboxes:      map[string]*outbox{},
+		closing:       make(chan struct{}),
+		tickStop:      make(chan struct{}),
+		tickDone:      make(chan struct{}),
+	}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	d.log = d.log.With("component", "webhooks")
+	if d.store == nil {
+		d.store = NewMemoryStore()
+	}
+	d.mem, _ = d.store.(*MemoryStore)
+	d.shared = d.mem == nil
+	node := opts.NodeID
+	if node == "" {
+		node = "node"
+	}
+	var rb [8]byte
+	_, _ = rand.Read(rb[:])
+	d.owner = node + "/" + hex.EncodeToString(rb[:])
+	if d.client == nil {
+		d.client = &http.Client{
+			Timeout: DefaultTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		}
+	}
+	if d.batchWindow < 0 {
+		d.batchWindow = 0
+	}
+	d.maxBatch = orDefault(d.maxBatch, DefaultMaxBatch)
+	d.outboxLimit = orDefault(d.outboxLimit, DefaultOutboxLimit)
+	d.retryFor = orDefault(d.retryFor, DefaultRetryFor)
+	if d.firstRetry >= MaxFirstRetry {
+		d.log.Warn("first_retry must be below 2s; using the default",
+			"first_retry", d.firstRetry, "default", DefaultFirstRetry)
+		d.firstRetry = DefaultFirstRetry
+	}
+	d.firstRetry = orDefault(d.firstRetry, DefaultFirstRetry)
+	d.hold = orDefault(d.hold, DefaultHold)
+	d.countDebounce = orDefault(d.countDebounce, DefaultCountDebounce)
+	d.lease = orDefault(d.lease, DefaultLease)
+	d.poll = orDefault(d.poll, DefaultPoll)
+	d.nodeTTL = orDefault(d.nodeTTL, DefaultNodeTTL)
+	if d.now == nil {
+		d.now = time.Now
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	if d.shared {
+		d.ops = make(chan op, orDefault(opts.OpsLimit, DefaultOpsLimit))
+		d.opsDone = make(chan struct{})
+		go d.runOps()
+	}
+	go d.ticker()
+	return d
+}
+
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // route sends an app's events to one outbox; types nil means every event name.
@@ -143,74 +311,54 @@ func (r route) matches(name string) bool {
 	return ok
 }
 
-// New returns a Dispatcher with no apps; call SetApps before events are expected.
-func New(opts Options) *Dispatcher {
-	d := &Dispatcher{
-		client:      opts.Client,
-		batchWindow: opts.BatchWindow,
-		maxBatch:    opts.MaxBatch,
-		outboxLimit: opts.OutboxLimit,
-		retryFor:    opts.RetryFor,
-		firstRetry:  opts.FirstRetry,
-		log:         opts.Logger,
-		now:         opts.Now,
-		routes:      map[string][]route{},
-		outboxes:    map[string]*outbox{},
-		closing:     make(chan struct{}),
-	}
-	if d.log == nil {
-		d.log = slog.Default()
-	}
-	d.log = d.log.With("component", "webhooks")
-	if d.client == nil {
-		d.client = &http.Client{
-			Timeout: DefaultTimeout,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		}
-	}
-	if d.batchWindow < 0 {
-		d.batchWindow = 0
-	}
-	if d.maxBatch <= 0 {
-		d.maxBatch = DefaultMaxBatch
-	}
-	if d.outboxLimit <= 0 {
-		d.outboxLimit = DefaultOutboxLimit
-	}
-	if d.retryFor <= 0 {
-		d.retryFor = DefaultRetryFor
-	}
-	if d.firstRetry >= MaxFirstRetry {
-		d.log.Warn("first_retry must be below 2s; using the default",
-			"first_retry", d.firstRetry, "default", DefaultFirstRetry)
-		d.firstRetry = DefaultFirstRetry
-	}
-	if d.firstRetry <= 0 {
-		d.firstRetry = DefaultFirstRetry
-	}
-	if d.now == nil {
-		d.now = time.Now
-	}
-	d.ctx, d.cancel = context.WithCancel(context.Background())
-	return d
+// appRoutes are an app's outboxes and the event names any of them wants.
+type appRoutes struct {
+	routes []route
+	all    bool                // some route takes every event
+	wanted map[string]struct{} // names some route lists
 }
 
-// SetApps replaces the routing table: which URLs, event types, key and secret each app id
-// has. It may be called at any time (config reload). Outboxes are keyed by app id + URL and
-// survive a reload, so a URL that stays configured keeps its queue and its order. Events
-// already queued for a URL that is removed are still delivered (with the last key and
-// secret seen); new events no longer go there. Invalid URLs are logged and skipped.
+func (a *appRoutes) wants(name string) bool {
+	if a == nil {
+		return false
+	}
+	if a.all {
+		return true
+	}
+	_, ok := a.wanted[name]
+	return ok
+}
+
+// targets lists the outboxes that take name.
+func (a *appRoutes) targets(name string) []*outbox {
+	if a == nil {
+		return nil
+	}
+	var obs []*outbox
+	for _, r := range a.routes {
+		if r.matches(name) {
+			obs = append(obs, r.ob)
+		}
+	}
+	return obs
+}
+
+// SetApps replaces the routing table: which URLs, event types, headers, key and secret each
+// app id has. It may be called at any time (config reload). Outboxes are keyed by app id +
+// URL and survive a reload, so a URL that stays configured keeps its queue and its order.
+// Events already queued for a URL that is removed are still delivered (with the last key,
+// secret and headers seen); new events no longer go there. Invalid URLs are logged and
+// skipped.
 func (d *Dispatcher) SetApps(apps []config.App) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
-	routes := make(map[string][]route, len(apps))
+	routes := make(map[string]*appRoutes, len(apps))
 	live := map[string]bool{}
 	for _, app := range apps {
 		// Two entries with the same URL share one outbox and one route (with the union of
-		// their event types), so an event matching both is not delivered twice.
+		// their event types and headers), so an event matching both is not delivered twice.
+		ar := &appRoutes{wanted: map[string]struct{}{}}
 		byURL := map[string]int{}
 		for _, wh := range app.Webhooks {
 			logURL, err := checkURL(wh.URL)
@@ -221,10 +369,9 @@ func (d *Dispatcher) SetApps(apps []config.App) {
 			key := outboxKey(app.ID, wh.URL)
 			ob := d.outboxes[key]
 			if ob == nil {
-				ob = newOutbox(d, app.ID, wh.URL, logURL)
+				ob = newOutbox(d, key, app.ID, wh.URL, logURL)
 				d.outboxes[key] = ob
 			}
-			ob.setCreds(app.Key, app.Secret)
 			live[key] = true
 
 			var types map[string]struct{}
@@ -232,14 +379,22 @@ func (d *Dispatcher) SetApps(apps []config.App) {
 				types = make(map[string]struct{}, len(wh.EventTypes))
 				for _, t := range wh.EventTypes {
 					types[t] = struct{}{}
+					ar.wanted[t] = struct{}{}
 				}
+			} else {
+				ar.all = true
 			}
 			if i, ok := byURL[wh.URL]; ok {
-				routes[app.ID][i].types = unionTypes(routes[app.ID][i].types, types)
+				ar.routes[i].types = unionTypes(ar.routes[i].types, types)
+				ob.setCreds(app.Key, app.Secret, wh.Headers, true)
 				continue
 			}
-			byURL[wh.URL] = len(routes[app.ID])
-			routes[app.ID] = append(routes[app.ID], route{ob: ob, types: types})
+			ob.setCreds(app.Key, app.Secret, wh.Headers, false)
+			byURL[wh.URL] = len(ar.routes)
+			ar.routes = append(ar.routes, route{ob: ob, types: types})
+		}
+		if len(ar.routes) > 0 {
+			routes[app.ID] = ar
 		}
 	}
 	d.routes = routes
@@ -253,6 +408,14 @@ func (d *Dispatcher) SetApps(apps []config.App) {
 	}
 }
 
+// SetCounter gives the Dispatcher the cluster-wide subscriber count of a channel, which
+// subscription_count reports. Without one, subscription_count is never produced.
+func (d *Dispatcher) SetCounter(f func(ctx context.Context, app, channel string) (int, error)) {
+	d.mu.Lock()
+	d.counter = f
+	d.mu.Unlock()
+}
+
 // unionTypes merges two event-type filters where nil means "all".
 func unionTypes(a, b map[string]struct{}) map[string]struct{} {
 	if a == nil || b == nil {
@@ -264,10 +427,58 @@ func unionTypes(a, b map[string]struct{}) map[string]struct{} {
 	return a
 }
 
-// Emit queues ev for every URL of appID whose event_types match ev["name"] (no event_types
-// means all). It never blocks on the network: it encodes ev once, appends it to each
-// matching outbox (dropping that outbox's oldest event if it is full) and returns. Events
-// for an app without webhooks cost one map lookup.
+// Wants reports whether an event named name for appID would go anywhere, so a producer
+// can skip building it. It is one read-locked map lookup. Paired events want each other:
+// channel_occupied and channel_vacated must both be reported to count occupancy when only
+// one is configured (and cache_miss, once per occupation, needs them too), and
+// member_added and member_removed likewise for the hold.
+func (d *Dispatcher) Wants(appID, name string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	ar := d.routes[appID]
+	if ar == nil {
+		return false
+	}
+	switch name {
+	case ChannelOccupied, ChannelVacated:
+		return ar.wants(ChannelOccupied) || ar.wants(ChannelVacated) || ar.wants(CacheMiss)
+	case MemberAdded, MemberRemoved:
+		return ar.wants(MemberAdded) || ar.wants(MemberRemoved)
+	case SubscriptionCount:
+		return d.counter != nil && ar.wants(SubscriptionCount)
+	}
+	return ar.wants(name)
+}
+
+// opKind is which Store decision an event needs.
+type opKind int
+
+const (
+	opPush opKind = iota
+	opOccupy
+	opVacate
+	opMemberAdd
+	opMemberRemove
+	opCacheMiss
+	opCount
+)
+
+// op is one event on its way into the store.
+type op struct {
+	kind               opKind
+	app, channel, user string
+	due                time.Time
+	out                Out
+	obs                []*outbox
+	name               string // for logs
+}
+
+// Emit hands ev for appID to the store: for every URL whose event_types match ev["name"]
+// (no event_types means all), after the decision its name calls for (occupancy, holds,
+// once-per-occupation). It never blocks on the network: it encodes ev once and, with the
+// memory store, queues it at once; with a shared store it puts it on a bounded queue that
+// a goroutine of this package hands to the store in order (dropping, counted and logged,
+// when that queue is full). Events for an app without webhooks cost one map lookup.
 func (d *Dispatcher) Emit(appID string, ev Event) {
 	name, _ := ev["name"].(string)
 	if name == "" {
@@ -275,78 +486,287 @@ func (d *Dispatcher) Emit(appID string, ev Event) {
 		d.log.Error("webhook event without a name dropped", "app_id", appID)
 		return
 	}
+	channel, _ := ev["channel"].(string)
+	user, _ := ev["user_id"].(string)
 
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	var raw json.RawMessage
-	for _, r := range d.routes[appID] {
-		if !r.matches(name) {
-			continue
+	ar := d.routes[appID]
+	if ar == nil {
+		return
+	}
+	o := op{app: appID, channel: channel, user: user, name: name}
+	now := time.Now()
+	switch name {
+	case ChannelOccupied, ChannelVacated:
+		if !(ar.wants(ChannelOccupied) || ar.wants(ChannelVacated) || ar.wants(CacheMiss)) {
+			return
+		}
+		o.kind, o.due = opOccupy, now.Add(d.hold)
+		if name == ChannelVacated {
+			o.kind = opVacate
+		}
+	case MemberAdded, MemberRemoved:
+		if !(ar.wants(MemberAdded) || ar.wants(MemberRemoved)) {
+			return
+		}
+		o.kind, o.due = opMemberAdd, now.Add(d.hold)
+		if name == MemberRemoved {
+			o.kind = opMemberRemove
+		}
+	case CacheMiss:
+		o.kind = opCacheMiss
+	case SubscriptionCount:
+		if d.counter == nil || !ar.wants(SubscriptionCount) {
+			return
+		}
+		o.kind, o.due = opCount, now.Add(d.countDebounce)
+	default:
+		o.kind = opPush
+	}
+	switch o.kind {
+	case opPush, opOccupy, opMemberAdd, opCacheMiss:
+		o.obs = ar.targets(name)
+		if len(o.obs) == 0 && o.kind != opOccupy && o.kind != opMemberAdd {
+			return
 		}
 		if d.closed {
-			d.dropped.Add(1)
+			d.dropped.Add(uint64(len(o.obs)))
 			d.log.Warn("webhook event emitted after close dropped", "app_id", appID, "event", name)
-			continue
+			return
 		}
-		if raw == nil {
-			b, err := json.Marshal(ev)
+		if len(o.obs) > 0 {
+			raw, err := json.Marshal(ev)
 			if err != nil {
 				d.dropped.Add(1)
-				d.log.Error("webhook event not encodable, dropped",
-					"app_id", appID, "event", name, "error", err)
+				d.log.Error("webhook event not encodable, dropped", "app_id", appID, "event", name, "error", err)
 				return
 			}
-			raw = b
+			o.out = d.outFor(o.obs, raw)
 		}
-		r.ob.enqueue(raw)
+	default:
+		if d.closed {
+			return
+		}
+	}
+	if !d.shared {
+		_ = d.exec(o) // the memory store cannot fail
+		return
+	}
+	select {
+	case d.ops <- o:
+		d.opsCount.Add(int64(len(o.obs)))
+	default:
+		d.dropped.Add(uint64(max(len(o.obs), 1)))
+		d.noteOverflow("webhook store queue full, event dropped", appID, "", 1)
 	}
 }
 
-// Close stops accepting events and flushes: every outbox sends what it holds at once,
-// without waiting for its batch window, and keeps retrying as usual. When ctx ends first,
-// in-flight requests and backoffs are cancelled, what is left is dropped (counted and
-// logged) and Close returns an error wrapping ctx.Err(). Close returns only after every
-// delivery goroutine has stopped. It is safe to call more than once.
+func (d *Dispatcher) outFor(obs []*outbox, raw []byte) Out {
+	keys := make([]string, len(obs))
+	for i, ob := range obs {
+		keys[i] = ob.key
+	}
+	return Out{Keys: keys, Raw: raw, Limit: d.outboxLimit}
+}
+
+// exec runs one op against the store and wakes the outboxes it queued on. An error leaves
+// the op undone (the caller may retry it).
+func (d *Dispatcher) exec(o op) error {
+	ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+	defer cancel()
+	s := d.store
+	var err error
+	var dropped int
+	emitted := true
+	switch o.kind {
+	case opPush:
+		dropped, err = s.Push(ctx, o.out)
+	case opOccupy:
+		emitted, err = s.Occupy(ctx, o.app, o.channel, o.out)
+	case opVacate:
+		err = s.Vacate(ctx, o.app, o.channel, o.due)
+	case opMemberAdd:
+		emitted, err = s.MemberAdd(ctx, o.app, o.channel, o.user, o.out)
+	case opMemberRemove:
+		err = s.MemberRemove(ctx, o.app, o.channel, o.user, o.due)
+	case opCacheMiss:
+		emitted, err = s.CacheMiss(ctx, o.app, o.channel, o.out)
+	case opCount:
+		err = s.Count(ctx, o.app, o.channel, o.due)
+	}
+	if err != nil {
+		return err
+	}
+	if dropped > 0 {
+		d.dropped.Add(uint64(dropped))
+		d.noteOverflow("webhook outbox full, dropped oldest events", o.app, "", dropped)
+	}
+	if emitted {
+		for _, ob := range o.obs {
+			ob.poke(1)
+		}
+	}
+	return nil
+}
+
+// storeRetryFor is how long an op is retried while a shared store is unreachable; the ops
+// queue keeps later events (in order) meanwhile, up to OpsLimit.
+const storeRetryFor = 30 * time.Second
+
+// runOps hands queued work to a shared store, in order, retrying each op through a short
+// outage.
+func (d *Dispatcher) runOps() {
+	defer close(d.opsDone)
+	for o := range d.ops {
+		began := time.Now()
+		for {
+			err := d.exec(o)
+			if err == nil {
+				break
+			}
+			if time.Since(began) >= storeRetryFor || d.ctx.Err() != nil {
+				d.dropped.Add(uint64(max(len(o.obs), 1)))
+				d.log.Error("webhook event lost: the store could not take it", "app_id", o.app, "event", o.name, "error", err)
+				break
+			}
+			d.noteStoreError(err)
+			if !sleepCtx(d.ctx, 250*time.Millisecond) {
+				continue // the next attempt sees ctx ended and drops
+			}
+		}
+		d.opsCount.Add(-int64(len(o.obs)))
+	}
+}
+
+// noteStoreError logs an unreachable store at most every overflowLogEvery.
+func (d *Dispatcher) noteStoreError(err error) {
+	now := time.Now().UnixNano()
+	last := d.storeErrLogged.Load()
+	if last != 0 && now-last < int64(overflowLogEvery) {
+		return
+	}
+	if d.storeErrLogged.CompareAndSwap(last, now) {
+		d.log.Warn("webhook store unreachable; events wait in memory, in order", "error", err, "waiting", len(d.ops))
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// overflowLogEvery rate-limits overflow logs: a dead receiver under load would otherwise
+// log once per dropped event.
+const overflowLogEvery = 10 * time.Second
+
+func (d *Dispatcher) noteOverflow(msg, appID, logURL string, n int) {
+	now := time.Now().UnixNano()
+	last := d.overflowLogged.Load()
+	if last != 0 && now-last < int64(overflowLogEvery) {
+		return
+	}
+	if d.overflowLogged.CompareAndSwap(last, now) {
+		d.log.Warn(msg, "app_id", appID, "dropped", n, "limit", d.outboxLimit)
+	}
+}
+
+// Stats returns the counters, for the Prometheus collector: webhook deliveries by result
+// are delivered = Sent, failed = Failed, retried = Retried, dropped = Dropped (all event
+// counts except Failed and Retried, which count POST attempts), and the outbox size is
+// Pending. It does no I/O (a shared store's size is the one the last poll read), so a
+// metrics scrape may call it as often as it likes.
+func (d *Dispatcher) Stats() Stats {
+	st := Stats{
+		Sent:    d.sent.Load(),
+		Batches: d.batches.Load(),
+		Failed:  d.failed.Load(),
+		Retried: d.retried.Load(),
+		Dropped: d.dropped.Load(),
+	}
+	if d.mem != nil {
+		st.Pending = int64(d.mem.Total())
+	} else {
+		st.Pending = d.sharedSize.Load() + d.opsCount.Load()
+	}
+	return st
+}
+
+// Close stops accepting events and settles what was emitted. With the memory store it
+// flushes: held events fire at once, every outbox sends what it holds without waiting for
+// its batch window and keeps retrying as usual. With a shared store nothing is lost by
+// stopping: what was emitted is handed to the store, each outbox finishes its current
+// attempt and gives its lease up, and the rest stays queued for another node (or this one
+// after a restart). When ctx ends first, in-flight requests and backoffs are cancelled,
+// what is left in memory is dropped (counted and logged) and Close returns an error
+// wrapping ctx.Err(). Close returns only after every goroutine of the Dispatcher has
+// stopped. It is safe to call more than once.
 func (d *Dispatcher) Close(ctx context.Context) error {
+	before := d.dropped.Load()
 	d.closeOnce.Do(func() {
 		d.mu.Lock()
 		d.closed = true
 		d.mu.Unlock()
+		if d.shared {
+			close(d.ops)
+			select {
+			case <-d.opsDone:
+			case <-ctx.Done():
+			}
+		}
+		close(d.tickStop)
+		<-d.tickDone
+		if d.mem != nil {
+			d.mem.flushHolds(time.Now())
+			d.fireDue(time.Now())
+		}
 		close(d.closing)
 	})
 
 	done := make(chan struct{})
 	go func() {
+		d.runMu.Lock()
+		d.stopped = true
+		d.runMu.Unlock()
 		d.wg.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
 		d.cancel()
+		d.waitOps()
 		return nil
 	case <-ctx.Done():
 	}
-	before := d.dropped.Load()
 	d.cancel()
 	<-done
+	d.waitOps()
 	if n := d.dropped.Load() - before; n > 0 {
 		return fmt.Errorf("webhooks: close: %d event deliveries dropped: %w", n, ctx.Err())
 	}
 	return nil
 }
 
-// Stats returns the counters.
-func (d *Dispatcher) Stats() Stats {
-	return Stats{
-		Sent:    d.sent.Load(),
-		Batches: d.batches.Load(),
-		Failed:  d.failed.Load(),
-		Dropped: d.dropped.Load(),
-		Pending: d.pending.Load(),
+// waitOps waits for a shared store's op goroutine, which ends once its queue is drained
+// (or, after cancel, dropped).
+func (d *Dispatcher) waitOps() {
+	if d.shared {
+		<-d.opsDone
 	}
 }
 
-func outboxKey(appID, rawURL string) string { return appID + "\x00" + rawURL }
+// outboxKey names an app+URL's outbox in a store: a hash, so the URL (which may carry
+// credentials) never appears in a Redis key.
+func outboxKey(appID, rawURL string) string {
+	sum := sha256.Sum256([]byte(appID + "\x00" + rawURL))
+	return hex.EncodeToString(sum[:16])
+}
 
 // checkURL accepts absolute http(s) URLs and returns the form that may be logged: scheme,
 // host and path only, because user info and query strings can carry credentials.

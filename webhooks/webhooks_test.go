@@ -178,7 +178,7 @@ func TestRetry(t *testing.T) {
 					t.Errorf("attempt %d differs from the first", i+2)
 				}
 			}
-			if s := d.Stats(); s.Failed != uint64(tc.failures) || s.Dropped != 0 || s.Pending != 0 {
+			if s := d.Stats(); s.Failed != uint64(tc.failures) || s.Retried != uint64(tc.failures) || s.Dropped != 0 || s.Pending != 0 {
 				t.Errorf("stats = %+v", s)
 			}
 		})

@@ -39,7 +39,7 @@ type testNode struct {
 // startNodes builds n nodes from one config; with scaling they share the Redis at redisURL.
 func startNodes(t *testing.T, n int, redisURL, channel string) []*testNode {
 	t.Helper()
-	yaml := "apps:\n  - {app_id: " + appID + ", key: " + appKey + ", secret: " + secret + ", accept_client_events_from: members}\n"
+	yaml := "apps:\n  - {app_id: " + appID + ", key: " + appKey + ", secret: " + secret + ", accept_client_events_from: members, toolmark: {enabled: true}}\n"
 	if redisURL != "" {
 		yaml += fmt.Sprintf("scaling: {enabled: true, redis_url: %q, channel: %q}\n", redisURL, channel)
 	}
@@ -276,7 +276,15 @@ func TestTwoNodes(t *testing.T) {
 			tm := connect(t, b)
 			tmCh := "private-toolmark.u9.c1"
 			tm.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": tmCh, "auth": appKey + ":" + auth.ChannelSignature(secret, tm.socket, tmCh)}})
+			var session struct{ Token string }
+			_ = json.Unmarshal([]byte(tm.next("toolmark.session", tmCh).Data), &session)
 			tm.next("pusher_internal:subscription_succeeded", tmCh)
+			// The page POSTs to A: A verifies B's socket and its token from the socket index.
+			for token, want := range map[string]int{"": 401, session.Token + "x": 401, session.Token: 204} {
+				if got := pagePost(t, a, tm.socket, token, "c1"); got != want {
+					t.Fatalf("page POST on A for B's socket with token %q: %d, want %d", token, got, want)
+				}
+			}
 			if !a.n.srv.Subscribed(appID, tmCh) {
 				t.Fatal("A does not see the toolmark page subscribed on B")
 			}
@@ -318,6 +326,24 @@ func TestTwoNodes(t *testing.T) {
 			_ = resp.Body.Close()
 		})
 	}
+}
+
+// pagePost posts a manifest to a node's page endpoint and returns the status.
+func pagePost(t *testing.T, nd *testNode, socketID, token, conv string) int {
+	t.Helper()
+	body := `{"protocol":1,"type":"manifest","clientId":"k1","rev":1,"tools":[]}`
+	req, _ := http.NewRequest(http.MethodPost, nd.ts.URL+"/toolmark/bridge/"+conv, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Socket-ID", socketID)
+	if token != "" {
+		req.Header.Set("X-Toolmark-Token", token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -1,7 +1,9 @@
 // Command reverbgo is a Pusher Channels server, a drop-in for Laravel Reverb, with the
 // Toolmark bridge embedded.
 //
-//	reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level info]
+//	reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level info] [--debug-addr ADDR]
+//	reverbgo config check [--config PATH]
+//	reverbgo healthcheck [--config PATH]
 package main
 
 import (
@@ -24,13 +26,13 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/console"
+	"github.com/reverbgo/reverbgo/mcp"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
 )
@@ -43,7 +45,9 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level debug|info|warn|error]")
+	fmt.Fprintln(w, "usage: reverbgo start [--config PATH] [--host HOST] [--port PORT] [--log-level debug|info|warn|error] [--debug-addr ADDR]")
+	fmt.Fprintln(w, "       reverbgo config check [--config PATH]   validate, print the effective config (secrets masked)")
+	fmt.Fprintln(w, "       reverbgo healthcheck [--config PATH]    exit 0 when the configured server's /up answers OK")
 	fmt.Fprintln(w, "       reverbgo version")
 }
 
@@ -57,6 +61,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "reverbgo", version)
 		return 0
 	case "start":
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
+	case "healthcheck":
+		return runHealthcheck(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return 0
@@ -69,17 +77,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "config file (default ./config.yaml)")
 	host := fs.String("host", "", "listen host (overrides server.host)")
 	port := fs.Int("port", 0, "listen port (overrides server.port)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	debugAddr := fs.String("debug-addr", "", "serve /metrics (Prometheus) and /debug/pprof on this address (e.g. 127.0.0.1:6060); off by default")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides server.log.level)")
+	debugAddr := fs.String("debug-addr", "", "serve /debug/pprof and an unauthenticated /metrics on this address (e.g. 127.0.0.1:6060); off by default")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
-		return 2
+	if *logLevel != "" {
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+			fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
+			return 2
+		}
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
@@ -96,8 +105,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)
 		return 1
 	}
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	logger, err := newLogger(stderr, cfg.Server.Log, *logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
+		return 2
+	}
+	metrics := newMetricsRegistry()
 	if *debugAddr != "" {
 		http.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
 		go func() { logger.Warn("debug server stopped", "error", http.ListenAndServe(*debugAddr, nil)) }()
@@ -113,6 +126,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 type emitter struct{ d *webhooks.Dispatcher }
 
 func (e emitter) Emit(appID string, ev map[string]any) { e.d.Emit(appID, webhooks.Event(ev)) }
+
+// Wants lets producers skip building events no webhook takes (pusher.Wanter).
+func (e emitter) Wants(appID, name string) bool { return e.d.Wants(appID, name) }
 
 // newConsole builds the debug console when console.enabled, else nil.
 func newConsole(cfg *config.Config, srv *pusher.Server, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, logger *slog.Logger) *console.Console {
@@ -136,6 +152,8 @@ type appDirectory struct{ cfg *config.Config }
 
 func (a appDirectory) AppByID(id string) *config.App { return a.cfg.AppByID(id) }
 
+func (a appDirectory) AppByKey(key string) *config.App { return a.cfg.AppByKey(key) }
+
 func (a appDirectory) AllApps() []*config.App {
 	out := make([]*config.App, len(a.cfg.Apps))
 	for i := range a.cfg.Apps {
@@ -150,35 +168,49 @@ type node struct {
 	e     *echo.Echo
 	srv   *pusher.Server
 	br    *bridge.Bridge
+	mcp   *mcp.Server
 	cl    *cluster // nil on a single node
 	hooks *webhooks.Dispatcher
-	con   *console.Console // nil unless console.enabled
+	con   *console.Console    // nil unless console.enabled
+	mem   *bridge.MemoryStore // the single node's bridge store; nil with scaling
 	log   *slog.Logger
 }
 
 func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) (*node, error) {
-	hooks := webhooks.New(webhooks.Options{Logger: logger})
-	hooks.SetApps(cfg.Apps)
-
-	opts := pusher.Options{Config: cfg, Logger: logger, Webhooks: emitter{hooks}}
-	var store bridge.Store // nil = the bridge's own memory store
+	opts := pusher.Options{Config: cfg, Logger: logger}
+	var store bridge.Store
+	var feed bridge.ManifestFeed
+	var memStore *bridge.MemoryStore // closed on release when single node
 	var cl *cluster
+	hookOpts := webhooks.Options{Logger: logger}
 	if cfg.Scaling.Enabled {
 		var err error
 		if cl, err = newCluster(cfg, logger); err != nil {
-			_ = hooks.Close(context.Background())
 			return nil, err
 		}
+		// The outbox and the occupancy/hold decisions are cluster-wide (webhooks.RedisStore).
+		hookOpts.Store, hookOpts.NodeID = webhooks.NewRedisStore(cl.rdb, cl.prefix, cl.node), cl.node
+	}
+	hooks := webhooks.New(hookOpts)
+	hooks.SetApps(cfg.Apps)
+	opts.Webhooks = emitter{hooks}
+	if cl != nil {
 		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
 		opts.Health = cl.health
 		opts.Cluster = cl.occ
-		store = cl.store
+		store, feed = cl.store, cl.feed
 		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "node", cl.node)
 	} else {
 		opts.Registry = channels.NewRegistry(channels.Options{})
+		mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
+		store, feed, memStore = mem, bridge.NewLocalFeed(), mem
 		logger.Info("scaling: single node (in memory)")
 	}
+	// Stored manifests and raised revs are announced (cluster-wide with Redis) for MCP's
+	// notifications/tools/list_changed.
+	store = bridge.WithManifestFeed(store, feed)
 	srv := pusher.NewServer(opts)
+	hooks.SetCounter(srv.SubscriptionCount)
 	if cl != nil {
 		cl.start(opts.Registry, srv.MemberGone)
 	}
@@ -192,12 +224,10 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		Metrics:   metrics,
 	})
 	for i := range cfg.Apps {
-		appID := cfg.Apps[i].ID
-		metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "reverbgo_connections",
-			Help:        "Open WebSocket connections on this node.",
-			ConstLabels: prometheus.Labels{"app": appID},
-		}, func() float64 { return float64(srv.ConnectionCount(appID)) }))
+		if a := &cfg.Apps[i]; a.Toolmark.Enabled && a.Toolmark.PageAuth == config.PageAuthSocketID {
+			logger.Warn("toolmark.page_auth is socket_id: a leaked socket id can speak for the page; use token",
+				"app", a.ID)
+		}
 	}
 
 	e := echo.New()
@@ -205,13 +235,20 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	e.HidePort = true
 	e.Use(middleware.Recover())
 	prefix := cfg.Server.Path
+	e.Use(srv.HTTPMetrics(prefix))
 	srv.Routes(e, prefix)
-	br.Register(e.Group(prefix), prefix)
+	g := e.Group(prefix)
+	br.Register(g, prefix)
+	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger})
+	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
 	con := newConsole(cfg, srv, br, hooks, cl, logger)
 	if con != nil {
 		con.Register(e, prefix)
 	}
-	return &node{e: e, srv: srv, br: br, cl: cl, hooks: hooks, con: con, log: logger}, nil
+	n := &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, con: con, log: logger}
+	registerNodeMetrics(metrics, n)
+	mountMetrics(e, cfg, metrics, logger)
+	return n, nil
 }
 
 // shutdown closes in dependency order once HTTP has stopped taking requests: every client
@@ -224,6 +261,7 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.srv.Shutdown(ctx) }() // every client gets 4200
+	n.mcp.Close()                                            // MCP sessions end their GET streams
 	if beforeClose != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); beforeClose(ctx) }()
@@ -235,10 +273,21 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 
 // release frees what newNode acquired besides the server and the bridge.
 func (n *node) release(ctx context.Context) {
-	if n.cl != nil {
-		n.cl.close(n.log)
+	// With scaling, the webhooks close between presence (whose last leaves they hear) and
+	// the Redis client (which their outbox needs).
+	closeHooks := func() {
+		if err := n.hooks.Close(ctx); err != nil {
+			n.log.Warn("webhooks not all settled at shutdown", "error", err)
+		}
 	}
-	_ = n.hooks.Close(ctx)
+	if n.cl != nil {
+		n.cl.close(n.log, closeHooks)
+	} else {
+		closeHooks()
+	}
+	if n.mem != nil {
+		_ = n.mem.Close()
+	}
 }
 
 func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {
@@ -265,7 +314,23 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	tlsOn := cfg.Server.TLS.Cert != "" && cfg.Server.TLS.Key != ""
+	tlsOn := tlsEnabled(cfg)
+	var certs *certReloader
+	if tlsOn {
+		if certs, err = newCertReloader(cfg.Server.TLS.Cert, cfg.Server.TLS.Key); err != nil {
+			_ = ln.Close()
+			n.shutdown(context.Background(), nil)
+			return err
+		}
+		httpSrv.TLSConfig = certs.tlsConfig()
+	}
+	metricsSrv, err := metricsListener(cfg, metrics, logger)
+	if err != nil {
+		_ = ln.Close()
+		n.shutdown(context.Background(), nil)
+		return fmt.Errorf("metrics.listen: %w", err)
+	}
+	defer closeMetricsListener(metricsSrv)
 	if !tlsOn {
 		ln = n.srv.FastListener(ln, prefix) // WebSocket upgrades skip net/http; the rest is served below
 	}
@@ -274,7 +339,7 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
-			errc <- httpSrv.ServeTLS(ln, cfg.Server.TLS.Cert, cfg.Server.TLS.Key)
+			errc <- httpSrv.ServeTLS(ln, "", "") // certificates come from certs.getCertificate
 		} else {
 			errc <- httpSrv.Serve(ln)
 		}
@@ -282,13 +347,26 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP) // reloads TLS certificates; never stops the server
+wait:
+	for {
+		select {
+		case err := <-errc:
+			if !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			break wait
+		case <-hups:
+			if certs == nil {
+				logger.Info("SIGHUP: nothing to reload (server.tls is not set)")
+				continue
+			}
+			certs.onSIGHUP(logger)
+		case sig := <-sigs:
+			logger.Info("shutting down", "signal", sig.String())
+			break wait
 		}
-	case sig := <-sigs:
-		logger.Info("shutting down", "signal", sig.String())
 	}
 	timeout := time.Duration(cfg.Server.ShutdownTimeoutSeconds) * time.Second
 	if timeout <= 0 {

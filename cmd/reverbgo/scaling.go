@@ -20,10 +20,12 @@ type cluster struct {
 	rdb      *redis.Client
 	addr     string
 	node     string
+	prefix   string // of every key this cluster keeps in Redis
 	broker   *channels.RedisBroker
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
 	store    *bridge.RedisStore
+	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
 	// gone is set to the pusher server's MemberGone before presence.Start.
 	gone func(app, channel, user string)
 }
@@ -52,6 +54,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		channel = channels.DefaultScalingChannel
 	}
 	prefix := channels.DefaultRedisPrefix + channel + ":"
+	c.prefix = prefix
 	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{Channel: channel, NodeID: c.node, Logger: logger}); err != nil {
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
@@ -74,6 +77,14 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: bridge store: %w", err)
 	}
+	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, prefix+"toolmark:", logger); err != nil {
+		_ = c.store.Close()
+		c.occ.Close()
+		_ = c.presence.Close()
+		_ = c.broker.Close()
+		_ = c.rdb.Close()
+		return nil, fmt.Errorf("scaling: toolmark manifest feed: %w", err)
+	}
 	return c, nil
 }
 
@@ -94,14 +105,16 @@ func (c *cluster) health(ctx context.Context) map[string]string {
 }
 
 // close runs after the pusher server and the bridge have shut down: occupancy's last batch,
-// presence (it
-// reaps this node's leftovers and announces them through the still-open broker), then the
+// presence (it reaps this node's leftovers and announces them through the still-open
+// broker), then beforeRedis (the webhooks hand what they hold to Redis), then the
 // subscriptions, then the client.
-func (c *cluster) close(logger *slog.Logger) {
+func (c *cluster) close(logger *slog.Logger, beforeRedis func()) {
 	c.occ.Close()
 	if err := c.presence.Close(); err != nil {
 		logger.Warn("presence cleanup on shutdown failed; survivors will reap this node", "error", err, "node", c.node)
 	}
+	beforeRedis()
+	_ = c.feed.Close()
 	_ = c.store.Close()
 	_ = c.broker.Close()
 	_ = c.rdb.Close()

@@ -101,11 +101,14 @@ async function pagePost(server, conv, message, headers = {}) {
 /**
  * A simulated page: Echo logged in as `token`, subscribed to toolmark.{user}.{conv} and
  * listening for `.toolmark.message`; post() sends like echoTransport (raw JSON body, the
- * Laravel-ish headers, X-Socket-ID = Echo.socketId()).
+ * Laravel-ish headers, X-Socket-ID = Echo.socketId()) plus the page token the server sent as
+ * `.toolmark.session` (the two lines the README shows: listen, then the header).
  */
 async function openPage(server, { authApp, token, user, conv, app = server.app, clientId = newClientId() }) {
   const echo = await echoClient(server, { authApp, token, app });
   const channel = echo.private(`toolmark.${user}.${conv}`);
+  let pageToken;
+  channel.listen('.toolmark.session', (e) => { pageToken = e.token; });
   const box = inbox(null, '.toolmark.message', (fn) => channel.listen('.toolmark.message', fn));
   try {
     await echoSubscribed(channel);
@@ -121,9 +124,11 @@ async function openPage(server, { authApp, token, user, conv, app = server.app, 
     clientId,
     box,
     socketId: () => echo.socketId(),
+    /** The page token of this subscription (undefined in page_auth socket_id mode). */
+    token: () => pageToken,
     /** POST one message (object or raw string); headers override/extend the defaults. */
     post(message, { headers = {}, to = conv } = {}) {
-      return pagePost(server, to, message, { 'X-Socket-ID': echo.socketId(), ...headers });
+      return pagePost(server, to, message, { 'X-Socket-ID': echo.socketId(), 'X-Toolmark-Token': pageToken, ...headers });
     },
     manifest(rev, tools, opts) {
       return page.post(msg(opts?.clientId ?? clientId, 'manifest', { rev, tools }), opts);

@@ -318,6 +318,43 @@ describe('reload / second tab', () => {
 });
 
 describe('page endpoint security', () => {
+  test('page token: toolmark.session arrives on the channel just before subscription_succeeded; a leaked socket id alone → 401', async (t) => {
+    const { page, conv } = await setup(t); // pusher-js + Echo: the manifest posted on subscribed carried the token
+    assert.match(page.token(), /^[A-Za-z0-9_-]{43}$/, '256 random bits, base64url');
+    const m = msg(page.clientId, 'changed', { rev: 2 });
+    const leaked = await pagePost(server, conv, m, { 'X-Socket-ID': page.socketId() });
+    assert.equal(leaked.status, 401, leaked.text);
+    assert.equal((await page.post(m, { headers: { 'X-Toolmark-Token': page.token().slice(0, -1) + (page.token().endsWith('A') ? 'B' : 'A') } })).status, 401, 'a wrong token');
+
+    // Raw sockets: the frame order, one token per socket, tokens do not cross sockets.
+    const ch = `private-toolmark.u1.${conv}`;
+    const a = await Wire.connect(server, { app: APP });
+    const b = await Wire.connect(server, { app: APP });
+    cleanup(t).add(() => { a.close(); b.close(); });
+    assert.equal((await a.authSubscribe(ch)).event, 'pusher_internal:subscription_succeeded');
+    assert.equal((await b.authSubscribe(ch)).event, 'pusher_internal:subscription_succeeded');
+    const tokenOf = (w) => {
+      const i = w.frames.findIndex((f) => f.event === 'pusher_internal:subscription_succeeded' && f.channel === ch);
+      const f = w.frames[i - 1];
+      assert.equal(f.event, 'toolmark.session', `frame before subscription_succeeded: ${f.text}`);
+      assert.equal(f.channel, ch);
+      const data = typeof f.data === 'string' ? JSON.parse(f.data) : f.data;
+      return data.token;
+    };
+    const ta = tokenOf(a);
+    const tb = tokenOf(b);
+    assert.notEqual(ta, tb);
+    assert.equal(a.frames.filter((f) => f.event === 'toolmark.session').length, 1, 'b\'s token never reaches a');
+    assert.equal(page.echo.connector.pusher.connection.state, 'connected');
+    assert.equal((await pagePost(server, conv, m, { 'X-Socket-ID': a.socketId, 'X-Toolmark-Token': tb })).status, 401, 'another socket\'s token');
+    assert.equal((await pagePost(server, conv, m, { 'X-Socket-ID': a.socketId, 'X-Toolmark-Token': page.token() })).status, 401, 'the page\'s token on another socket');
+    const ok = await pagePost(server, conv, msg(newClientId(), 'manifest', { rev: 1, tools: [] }), { 'X-Socket-ID': a.socketId, 'X-Toolmark-Token': ta });
+    assert.equal(ok.status, 204, ok.text);
+    // The token dies with the subscription: unsubscribe, then the same token → 403 (not subscribed).
+    a.send({ event: 'pusher:unsubscribe', data: { channel: ch } });
+    await eventually(async () => (await pagePost(server, conv, m, { 'X-Socket-ID': a.socketId, 'X-Toolmark-Token': ta })).status === 403, { what: '403 after unsubscribe' });
+  });
+
   test('missing or unknown X-Socket-ID → 401', async (t) => {
     const { page, conv } = await setup(t);
     const m = msg(page.clientId, 'changed', { rev: 2 });

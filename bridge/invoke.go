@@ -1,0 +1,160 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/reverbgo/reverbgo/config"
+)
+
+// Surfaces name who asked for a call, in the audit line's `surface` field and the metrics'
+// `surface` label.
+const (
+	// SurfaceAPI is the signed app API (POST /apps/{id}/toolmark/calls and /describe).
+	SurfaceAPI = "api"
+	// SurfaceMCP is the MCP endpoint ({path}/toolmark/mcp).
+	SurfaceMCP = "mcp"
+)
+
+// Errors of Invoke that are not tool outcomes. The signed API answers them 429 and 503; other
+// surfaces map them to their own error shapes.
+var (
+	// ErrRateLimited: the conversation's call bucket is empty (CallRate/CallBurst).
+	ErrRateLimited = errors.New("Too many calls")
+	// ErrTooManyInFlight: MaxInFlight calls of the conversation are already waiting on this node.
+	ErrTooManyInFlight = errors.New("Too many calls in flight")
+	// ErrStore: the bridge store failed; the call was not (or not surely) broadcast.
+	ErrStore = errors.New("Bridge store unavailable")
+)
+
+// Invocation is one call or describe, already authorized by its surface (a signed request, an
+// MCP bearer token). Invoke validates it again, because every surface's input is untrusted.
+type Invocation struct {
+	Key  ConvKey
+	Kind string // KindCall or KindDescribe
+	Tool string
+	// Input is the call's input; nil means JSON null. Ignored for a describe.
+	Input json.RawMessage
+	// Rev is the manifest rev the agent saw, sent to the page so it can refuse a stale call.
+	Rev       *int64
+	ToolUseID string
+	// Timeout is the deadline; 0 = the app's call_timeout_ms, and it is capped at max_timeout_ms.
+	Timeout time.Duration
+	// Surface names the caller in audit and metrics; "" = SurfaceAPI.
+	Surface string
+}
+
+// Outcome is what the agent gets: the call id, the ToolResult (or {"status":"timeout"}) and the
+// hints of the tool in the manifest the call went to.
+type Outcome struct {
+	ID     string
+	Result json.RawMessage
+	Hints  Hints
+	// Status is the result's status ("ok", "timeout", ...), as audited.
+	Status string
+}
+
+// Invoke runs the tool-runtime pipeline around one call or describe — rate limit, in-flight
+// bound, bind, broadcast, wait, single-use claim, cancel on timeout, audit line and metrics —
+// exactly as the signed API does. Cancelling ctx ends the wait like a deadline: the page gets
+// `cancel {id}` and the result is {"status":"timeout"}.
+func (b *Bridge) Invoke(ctx context.Context, app *config.App, inv Invocation) (Outcome, error) {
+	if inv.Kind != KindCall && inv.Kind != KindDescribe {
+		return Outcome{}, protoErr("kind must be %q or %q", KindCall, KindDescribe)
+	}
+	if !ValidChannelPart(inv.Key.User) || !ValidChannelPart(inv.Key.Conversation) {
+		return Outcome{}, protoErr("user and conversation must be strings of 1-128 characters from [-a-zA-Z0-9_=@,;]")
+	}
+	if !ValidToolName(inv.Tool) {
+		return Outcome{}, protoErr("tool must match ^[A-Za-z0-9_.-]{1,128}$")
+	}
+	if len(inv.ToolUseID) > 256 || !utf8.ValidString(inv.ToolUseID) {
+		return Outcome{}, protoErr("tool_use_id must be at most 256 bytes")
+	}
+	req := &callRequest{UserID: inv.Key.User, ConversationID: inv.Key.Conversation, Tool: inv.Tool,
+		Input: json.RawMessage("null"), Rev: inv.Rev, ToolUseID: inv.ToolUseID, Timeout: inv.Timeout}
+	if inv.Kind == KindCall && len(inv.Input) > 0 {
+		// One level is the call envelope's (the signed API's body bounds input the same way).
+		if err := CheckDepth(inv.Input, MaxDepth-1); err != nil {
+			return Outcome{}, err
+		}
+		if !utf8.Valid(inv.Input) || !json.Valid(inv.Input) {
+			return Outcome{}, protoErr("input must be JSON")
+		}
+		req.Input = inv.Input
+	}
+	def, max := appTimeouts(app)
+	if req.Timeout <= 0 {
+		req.Timeout = def
+	}
+	req.Timeout = min(req.Timeout, max)
+	return b.invoke(ctx, app, req, inv.Kind, inv.Surface)
+}
+
+// invoke is Invoke after validation; handleInvoke enters here with a decoded request.
+func (b *Bridge) invoke(ctx context.Context, app *config.App, req *callRequest, kind, surface string) (Outcome, error) {
+	if surface == "" {
+		surface = SurfaceAPI
+	}
+	key := ConvKey{App: app.ID, User: req.UserID, Conversation: req.ConversationID}
+	au := &callAudit{key: key, id: uuid.NewString(), tool: req.Tool, kind: kind, surface: surface, start: b.now()}
+	rateKey := key.App + "\x00" + key.User + "\x00" + key.Conversation
+	if !b.callRate.Take(rateKey) {
+		au.status = "rate_limited"
+		b.auditCall(au)
+		return Outcome{ID: au.id, Status: au.status}, ErrRateLimited
+	}
+	if !b.flight.acquire(key) {
+		b.callRate.Refund(rateKey)
+		au.status = "too_many_in_flight"
+		b.auditCall(au)
+		return Outcome{ID: au.id, Status: au.status}, ErrTooManyInFlight
+	}
+	defer b.flight.release(key)
+	b.observeStart(au)
+	b.met.flight(app.ID, 1)
+	defer b.met.flight(app.ID, -1)
+	result, hints, err := b.execute(ctx, app, req, kind, req.Timeout, au)
+	if err != nil {
+		b.log.Error("toolmark store failed", slog.String("call_id", au.id), slog.String("error", err.Error()))
+		au.status = "store_error"
+		b.auditCall(au)
+		return Outcome{ID: au.id, Status: au.status}, errors.Join(ErrStore, err)
+	}
+	au.status = resultStatus(result)
+	b.auditCall(au)
+	return Outcome{ID: au.id, Result: result, Hints: hints, Status: au.status}, nil
+}
+
+// PageManifest returns the conversation's current manifest when a page can receive calls (some
+// socket is subscribed to its channel, where Sockets can tell), else nil: the "No page is
+// connected" condition of the calls API.
+func (b *Bridge) PageManifest(ctx context.Context, key ConvKey) (*Manifest, error) {
+	m, err := b.store.GetManifest(ctx, key)
+	if err != nil || m == nil || !b.pageSubscribed(key.App, key) {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ValidLLMName reports whether s is a valid llmName (^[a-zA-Z0-9_-]{1,64}$), the names LLM
+// tool APIs accept.
+func ValidLLMName(s string) bool { return validLLMName(s) }
+
+// AppTimeouts returns the app's default and maximum call timeout (call_timeout_ms and
+// max_timeout_ms with their defaults).
+func AppTimeouts(app *config.App) (def, max time.Duration) { return appTimeouts(app) }
+
+// AuditRefusal writes the audit line and metrics of a call a surface refused before it reached
+// the pipeline (an MCP tools/call of a name the session never listed, or with no page
+// connected), so every surface's calls are counted alike.
+func (b *Bridge) AuditRefusal(key ConvKey, tool, kind, surface, status, reason string) {
+	b.auditCall(&callAudit{key: key, tool: tool, kind: kind, surface: surface, status: status,
+		reason: reason, start: b.now()})
+}

@@ -1,0 +1,160 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ManifestChange says that the manifest of Key was stored or its rev raised, to ClientID/Rev.
+// A change may repeat an earlier one (the same manifest posted twice); subscribers compare.
+type ManifestChange struct {
+	Key      ConvKey `json:"key"`
+	ClientID string  `json:"clientId"`
+	Rev      int64   `json:"rev"`
+}
+
+// ManifestFeed carries manifest changes to every node, so that whoever watches a conversation
+// (an MCP session waiting for tools/list_changed) learns of a manifest another node received.
+// Delivery is best effort: a lost change only delays a client's next list.
+type ManifestFeed interface {
+	// Publish announces a change; it must not block for long (it runs in the page's POST).
+	Publish(ctx context.Context, c ManifestChange)
+	// Subscribe calls fn for every change until cancel is called. fn must not block.
+	Subscribe(fn func(ManifestChange)) (cancel func())
+}
+
+// WithManifestFeed wraps s so that every manifest it stores and every rev it raises is
+// published on feed. It is how the bridge's page endpoint feeds the MCP server without either
+// knowing of the other.
+func WithManifestFeed(s Store, feed ManifestFeed) Store { return &feedStore{Store: s, feed: feed} }
+
+type feedStore struct {
+	Store
+	feed ManifestFeed
+}
+
+func (f *feedStore) PutManifest(ctx context.Context, k ConvKey, m Manifest, ttl time.Duration) (bool, error) {
+	stored, err := f.Store.PutManifest(ctx, k, m, ttl)
+	if err == nil && stored {
+		f.feed.Publish(ctx, ManifestChange{Key: k, ClientID: m.ClientID, Rev: m.Rev})
+	}
+	return stored, err
+}
+
+func (f *feedStore) ChangeRev(ctx context.Context, k ConvKey, clientID string, rev int64, ttl time.Duration) (bool, error) {
+	current, err := f.Store.ChangeRev(ctx, k, clientID, rev, ttl)
+	if err == nil && current {
+		// The stored rev is max(old, rev); a lower rev is announced too and subscribers that
+		// already saw a higher one ignore it.
+		f.feed.Publish(ctx, ManifestChange{Key: k, ClientID: clientID, Rev: rev})
+	}
+	return current, err
+}
+
+// LocalFeed is the single-node ManifestFeed: changes go straight to this process's subscribers.
+type LocalFeed struct {
+	mu   sync.Mutex
+	next int
+	subs map[int]func(ManifestChange)
+}
+
+// NewLocalFeed returns an empty in-process feed.
+func NewLocalFeed() *LocalFeed { return &LocalFeed{subs: map[int]func(ManifestChange){}} }
+
+// Publish implements ManifestFeed.
+func (l *LocalFeed) Publish(_ context.Context, c ManifestChange) {
+	l.mu.Lock()
+	fns := make([]func(ManifestChange), 0, len(l.subs))
+	for _, fn := range l.subs {
+		fns = append(fns, fn)
+	}
+	l.mu.Unlock()
+	for _, fn := range fns {
+		fn(c)
+	}
+}
+
+// Subscribe implements ManifestFeed.
+func (l *LocalFeed) Subscribe(fn func(ManifestChange)) func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id := l.next
+	l.next++
+	l.subs[id] = fn
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.subs, id)
+	}
+}
+
+// RedisFeed is the cluster ManifestFeed: one pub/sub channel ({prefix}manifests) next to the
+// RedisStore's results channel, one subscription per node, fanned out to local subscribers.
+type RedisFeed struct {
+	rdb     redis.UniversalClient
+	channel string
+	log     *slog.Logger
+	ps      *redis.PubSub
+	local   *LocalFeed
+	done    chan struct{}
+}
+
+// NewRedisFeed subscribes to the manifests channel (prefix as for NewRedisStore, default
+// "reverbgo:toolmark:"). Close releases the subscription; the client stays the caller's.
+func NewRedisFeed(ctx context.Context, rdb redis.UniversalClient, prefix string, log *slog.Logger) (*RedisFeed, error) {
+	if prefix == "" {
+		prefix = "reverbgo:toolmark:"
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	f := &RedisFeed{rdb: rdb, channel: prefix + "manifests", log: log, local: NewLocalFeed(), done: make(chan struct{})}
+	f.ps = rdb.Subscribe(ctx, f.channel)
+	if _, err := f.ps.Receive(ctx); err != nil { // wait for the subscription to be live
+		_ = f.ps.Close()
+		return nil, err
+	}
+	go f.dispatch()
+	return f, nil
+}
+
+func (f *RedisFeed) dispatch() {
+	defer close(f.done)
+	for msg := range f.ps.Channel() {
+		var c ManifestChange
+		if json.Unmarshal([]byte(msg.Payload), &c) != nil || !ValidChannelPart(c.Key.User) ||
+			!ValidChannelPart(c.Key.Conversation) || !ValidID(c.ClientID) {
+			continue
+		}
+		f.local.Publish(context.Background(), c)
+	}
+}
+
+// Publish implements ManifestFeed: one PUBLISH, bounded by 2 s; a failure is logged only.
+func (f *RedisFeed) Publish(ctx context.Context, c ManifestChange) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := f.rdb.Publish(ctx, f.channel, mustJSON(c)).Err(); err != nil {
+		f.log.Warn("toolmark manifest change not published", slog.String("app", c.Key.App), slog.String("error", err.Error()))
+	}
+}
+
+// Subscribe implements ManifestFeed.
+func (f *RedisFeed) Subscribe(fn func(ManifestChange)) func() { return f.local.Subscribe(fn) }
+
+// Close stops the subscription.
+func (f *RedisFeed) Close() error {
+	err := f.ps.Close()
+	<-f.done
+	return err
+}
+
+var (
+	_ ManifestFeed = (*LocalFeed)(nil)
+	_ ManifestFeed = (*RedisFeed)(nil)
+)

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/webhooks"
+)
+
+// newMetricsRegistry holds every family of the process: Go runtime, process, build info;
+// each node adds its own (registerNodeMetrics) and the bridge its families.
+func newMetricsRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "reverbgo_build_info",
+			Help:        "Always 1; the labels say which build runs.",
+			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+		}, func() float64 { return 1 }),
+	)
+	return reg
+}
+
+// webhookStats is what the metrics need of the webhook dispatcher: cumulative counters,
+// read at scrape time (webhooks.Dispatcher implements it).
+type webhookStats interface{ Stats() webhooks.Stats }
+
+var (
+	descWebhookDeliveries = prometheus.NewDesc("reverbgo_webhook_deliveries_total",
+		"Webhook deliveries by result: delivered and dropped count events, failed (every failed POST) and retried (failed POSTs tried again) count attempts.",
+		[]string{"result"}, nil)
+	descWebhookOutbox = prometheus.NewDesc("reverbgo_webhook_outbox_size",
+		"Webhook events queued or in flight on this node.", nil, nil)
+)
+
+type webhookCollector struct{ w webhookStats }
+
+func (c webhookCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descWebhookDeliveries
+	ch <- descWebhookOutbox
+}
+
+func (c webhookCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.w.Stats()
+	for _, r := range []struct {
+		result string
+		v      uint64
+	}{{"delivered", s.Sent}, {"failed", s.Failed}, {"retried", s.Retried}, {"dropped", s.Dropped}} {
+		ch <- prometheus.MustNewConstMetric(descWebhookDeliveries, prometheus.CounterValue, float64(r.v), r.result)
+	}
+	ch <- prometheus.MustNewConstMetric(descWebhookOutbox, prometheus.GaugeValue, float64(s.Pending))
+}
+
+// registerNodeMetrics adds a node's families: the pusher server's, the webhook queue's and,
+// when scaled, the Redis broker's state.
+func registerNodeMetrics(reg prometheus.Registerer, n *node) {
+	reg.MustRegister(n.srv.Collector(), webhookCollector{n.hooks})
+	if n.cl != nil {
+		b := n.cl.broker
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "reverbgo_redis_broker_up",
+			Help: "1 while this node's Redis pub/sub subscription (scaling) is live, 0 while it reconnects.",
+		}, func() float64 {
+			if b.Healthy() {
+				return 1
+			}
+			return 0
+		}))
+	}
+}
+
+// metricsHandler serves reg in Prometheus text format; with a token, only requests with
+// "Authorization: Bearer <token>" (compared in constant time) get it, others 401.
+func metricsHandler(reg *prometheus.Registry, token string, logger *slog.Logger) http.Handler {
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	if token == "" {
+		return h
+	}
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="reverbgo metrics"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// mountMetrics serves {server.path}/metrics on the main listener when metrics are enabled
+// without a listener of their own.
+func mountMetrics(e *echo.Echo, cfg *config.Config, reg *prometheus.Registry, logger *slog.Logger) {
+	if cfg.Metrics.Enabled && cfg.Metrics.Listen == "" {
+		e.GET(cfg.Server.Path+"/metrics", echo.WrapHandler(metricsHandler(reg, cfg.Metrics.Token, logger)))
+	}
+}
+
+// metricsListener starts the metrics.listen server (serving /metrics, and
+// {server.path}/metrics too so a scrape config works either way); nil when not configured.
+func metricsListener(cfg *config.Config, reg *prometheus.Registry, logger *slog.Logger) (*http.Server, error) {
+	if !cfg.Metrics.Enabled || cfg.Metrics.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Metrics.Listen)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	h := metricsHandler(reg, cfg.Metrics.Token, logger)
+	mux.Handle("/metrics", h)
+	if cfg.Server.Path != "" {
+		mux.Handle(cfg.Server.Path+"/metrics", h)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics listener stopped", "error", err)
+		}
+	}()
+	logger.Info("metrics listening", "addr", ln.Addr().String(), "token", cfg.Metrics.Token != "")
+	return srv, nil
+}
+
+func closeMetricsListener(srv *http.Server) {
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}

@@ -1,0 +1,267 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reverbgo/reverbgo/bridge"
+)
+
+func bridgeLimits() bridge.Limits {
+	return bridge.Limits{CallBurst: 1 << 20, CallRate: 1 << 20, PageBurst: 1 << 20, PageRate: 1 << 20}
+}
+
+var testTools = []map[string]any{
+	{"name": "notes.create", "llmName": "notes__create", "title": "Create note", "description": "Create a note", "hints": map[string]any{"destructive": true}},
+	{"name": "inbox.read", "llmName": "inbox__read", "description": "Read mail", "hints": map[string]any{"untrustedContent": true, "readOnly": true}},
+}
+
+// standardPage answers describes with a schema and calls with ok {data: {tool, input, rev}}.
+func standardPage(m pageMsg) json.RawMessage {
+	switch m.Type {
+	case bridge.TypeDescribe:
+		return mustJSON(map[string]any{"status": "ok", "data": map[string]any{"name": m.Tool,
+			"inputSchema": map[string]any{"type": "object", "properties": map[string]any{"title": map[string]any{"type": "string"}}}}})
+	case bridge.TypeCall:
+		return mustJSON(map[string]any{"status": "ok", "data": map[string]any{"tool": m.Tool, "input": m.Input, "rev": m.Rev}})
+	}
+	return nil
+}
+
+// TestFlow drives the endpoint with the Go SDK's client over HTTP: list (with describes), the
+// cached second list, a call with its rev and tool_use_id, untrusted marking, unknown tools,
+// list_changed on a new manifest, the stale rev after it, and "No page is connected".
+func TestFlow(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	h.page.setAnswer(standardPage)
+	h.openPage("c1", "p1", 1, testTools)
+	var changed atomic.Int32
+	cs := h.client(token("secret1", nil), func() { changed.Add(1) })
+	if caps := cs.InitializeResult().Capabilities; caps.Tools == nil || !caps.Tools.ListChanged {
+		t.Fatalf("capabilities %+v", caps)
+	}
+	ctx := context.Background()
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Tools) != 2 || list.Tools[0].Name != "notes__create" || list.Tools[1].Meta[UntrustedMetaKey] != true {
+		t.Fatalf("tools %s", mustJSON(list.Tools))
+	}
+	if s := string(mustJSON(list.Tools[0].InputSchema)); !strings.Contains(s, `"title"`) {
+		t.Fatalf("schema %s", s)
+	}
+	if n := len(h.page.messages(bridge.TypeDescribe)); n != 2 {
+		t.Fatalf("%d describes", n)
+	}
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.page.messages(bridge.TypeDescribe)); n != 2 {
+		t.Fatalf("the second list sent describes: %d", n)
+	}
+
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__create", Arguments: map[string]any{"title": "Hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := h.page.messages(bridge.TypeCall)
+	if res.IsError || len(calls) != 1 || calls[0].Tool != "notes.create" || *calls[0].Rev != 1 || string(calls[0].Input) != `{"title":"Hi"}` {
+		t.Fatalf("result %s, calls %+v", mustJSON(res), calls)
+	}
+	text := res.Content[0].(*sdk.TextContent).Text
+	if string(mustJSON(res.StructuredContent)) != text {
+		t.Fatalf("text %s vs structured %s", text, mustJSON(res.StructuredContent))
+	}
+	if !strings.Contains(h.logs.String(), `"kind":"call","surface":"mcp","status":"ok"`) {
+		t.Fatalf("no mcp audit line:\n%s", h.logs.String())
+	}
+
+	// An untrusted tool without arguments: input {} and the marker.
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "inbox__read"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text = res.Content[0].(*sdk.TextContent).Text
+	if !strings.HasPrefix(text, untrustedMarker+"\n{") || res.Meta[UntrustedMetaKey] != true {
+		t.Fatalf("untrusted result %s", mustJSON(res))
+	}
+	if in := h.page.messages(bridge.TypeCall)[1].Input; string(in) != `{}` {
+		t.Fatalf("input %s", in)
+	}
+
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "nope"})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*sdk.TextContent).Text, `"code":"unknown_tool"`) {
+		t.Fatalf("unknown tool: %v %s", err, mustJSON(res))
+	}
+
+	// A new manifest: list_changed; the old listing still reaches the page with rev 1.
+	h.openPage("c1", "p1", 2, testTools[1:])
+	waitFor(t, "list_changed", func() bool { return changed.Load() == 1 })
+	h.page.setAnswer(func(m pageMsg) json.RawMessage {
+		if m.Type == bridge.TypeCall && m.Rev != nil && *m.Rev < 2 {
+			return json.RawMessage(`{"status":"refused","code":"stale","message":"Stale","rev":2}`)
+		}
+		return standardPage(m)
+	})
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__create"})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*sdk.TextContent).Text, `"code":"stale"`) {
+		t.Fatalf("stale call: %v %s", err, mustJSON(res))
+	}
+	list, err = cs.ListTools(ctx, nil)
+	if err != nil || len(list.Tools) != 1 {
+		t.Fatalf("relist: %v %s", err, mustJSON(list))
+	}
+	if changed.Load() != 1 {
+		t.Fatalf("%d list_changed", changed.Load())
+	}
+
+	h.closePage("c1")
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "nope"})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*sdk.TextContent).Text, "No page is connected") {
+		t.Fatalf("no page: %v %s", err, mustJSON(res))
+	}
+	list, err = cs.ListTools(ctx, nil)
+	if err != nil || len(list.Tools) != 0 {
+		t.Fatalf("no page list: %v %s", err, mustJSON(list))
+	}
+}
+
+// TestTimeoutAndCancel: a page that never answers: the call times out ({"status":"timeout"})
+// and the page gets cancel; an MCP cancellation sends cancel at once.
+func TestTimeoutAndCancel(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	h.openPage("c1", "p1", 1, testTools)
+	h.page.setAnswer(func(pageMsg) json.RawMessage { return nil })
+	cs := h.client(token("secret1", nil), nil)
+	ctx := context.Background()
+	start := time.Now()
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil || len(list.Tools) != 2 || string(mustJSON(list.Tools[0].InputSchema)) != `{"type":"object"}` {
+		t.Fatalf("list with unanswered describes: %v %s", err, mustJSON(list))
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("list took %v", d)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__create"}) // the app's 3 s deadline
+	if err != nil || !res.IsError || string(mustJSON(res.StructuredContent)) != `{"status":"timeout"}` {
+		t.Fatalf("timeout: %v %s", err, mustJSON(res))
+	}
+	call := h.page.messages(bridge.TypeCall)[0]
+	waitFor(t, "cancel after timeout", func() bool {
+		for _, m := range h.page.messages(bridge.TypeCancel) {
+			if m.ID == call.ID {
+				return true
+			}
+		}
+		return false
+	})
+
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := cs.CallTool(cctx, &sdk.CallToolParams{Name: "notes__create"}); done <- err }()
+	waitFor(t, "second call", func() bool { return len(h.page.messages(bridge.TypeCall)) == 2 })
+	cancel()
+	second := h.page.messages(bridge.TypeCall)[1]
+	waitFor(t, "cancel after notifications/cancelled", func() bool {
+		for _, m := range h.page.messages(bridge.TypeCancel) {
+			if m.ID == second.ID {
+				return true
+			}
+		}
+		return false
+	})
+	<-done
+	// A late result for the cancelled call: the id was claimed.
+	if code := h.page.post("c1", map[string]any{"protocol": 1, "type": "result", "clientId": "p1", "id": second.ID,
+		"result": map[string]any{"status": "ok"}}); code != http.StatusConflict {
+		t.Fatalf("late result: %d", code)
+	}
+}
+
+// TestConfirmation: needs_confirmation is returned as is (isError), and the confirmed outcome
+// goes to the app's toolmark_confirmed webhook with tool_use_id mcp:{session}:{request id}.
+func TestConfirmation(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	h.openPage("c1", "p1", 1, testTools)
+	h.page.setAnswer(func(m pageMsg) json.RawMessage {
+		if m.Type == bridge.TypeCall {
+			return json.RawMessage(`{"status":"needs_confirmation","confirmId":"cf1","summary":"Create it?"}`)
+		}
+		return nil
+	})
+	cs := h.client(token("secret1", nil), nil)
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "notes__create", Arguments: map[string]any{}})
+	if err != nil || !res.IsError || string(mustJSON(res.StructuredContent)) != `{"confirmId":"cf1","status":"needs_confirmation","summary":"Create it?"}` {
+		t.Fatalf("needs_confirmation: %v %s", err, mustJSON(res))
+	}
+	if code := h.page.post("c1", map[string]any{"protocol": 1, "type": "confirmed", "clientId": "p1", "confirmId": "cf1",
+		"result": map[string]any{"status": "ok"}}); code != http.StatusNoContent {
+		t.Fatalf("confirmed: %d", code)
+	}
+	waitFor(t, "toolmark_confirmed", func() bool { return len(h.hooks.all()) == 1 })
+	ev := h.hooks.all()[0]
+	id, _ := ev["tool_use_id"].(string)
+	prefix := "mcp:" + cs.ID() + ":"
+	if !strings.HasPrefix(id, prefix) || strings.Trim(id[len(prefix):], "0123456789") != "" || len(id) == len(prefix) {
+		t.Fatalf("tool_use_id %q, want %s{request id}", id, prefix)
+	}
+}
+
+// TestSessionOwner: a session id used with a token for another user or conversation is 403;
+// the owner's DELETE ends it (404 afterwards).
+func TestSessionOwner(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	tok := token("secret1", nil)
+	post := func(tok, session, body string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/toolmark/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res
+	}
+	init := post(tok, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	sid := init.Header.Get("Mcp-Session-Id")
+	if init.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d %q", init.StatusCode, sid)
+	}
+	ping := `{"jsonrpc":"2.0","id":2,"method":"ping"}`
+	for name, other := range map[string]string{
+		"other user":         token("secret1", map[string]any{"sub": "u2"}),
+		"other conversation": token("secret1", map[string]any{"conversation_id": "c2"}),
+		"other app":          token("secret4", map[string]any{"iss": "key4"}),
+	} {
+		if res := post(other, sid, ping); res.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: %d", name, res.StatusCode)
+		}
+	}
+	if res := post(tok, sid, ping); res.StatusCode != http.StatusOK {
+		t.Fatalf("owner ping: %d", res.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, h.srv.URL+"/toolmark/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Mcp-Session-Id", sid)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %v %d", err, res.StatusCode)
+	}
+	_ = res.Body.Close()
+	if res := post(tok, sid, ping); res.StatusCode != http.StatusNotFound {
+		t.Fatalf("after delete: %d", res.StatusCode)
+	}
+}

@@ -1,0 +1,313 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/labstack/echo/v4"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reverbgo/reverbgo/bridge"
+	"github.com/reverbgo/reverbgo/config"
+)
+
+// Fakes over mocks: a real Bridge and MCP server on an httptest server; the "page" is a
+// Publisher that answers each broadcast message by POSTing to the bridge's page endpoint, as
+// @toolmark/core's echoTransport does.
+
+type fakeApps []*config.App
+
+func (f fakeApps) AppByID(id string) *config.App {
+	for _, a := range f {
+		if a.ID == id {
+			return a
+		}
+	}
+	return nil
+}
+
+func (f fakeApps) AppByKey(key string) *config.App {
+	for _, a := range f {
+		if a.Key == key {
+			return a
+		}
+	}
+	return nil
+}
+
+// fakeSockets: socket "s-{conv}" is subscribed to private-toolmark.u1.{conv} of app1 while the
+// page is open.
+type fakeSockets struct {
+	mu   sync.Mutex
+	open map[string]string // socket → channel
+}
+
+func (f *fakeSockets) Channels(id string) (string, []string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch, ok := f.open[id]
+	return "app1", []string{ch}, ok
+}
+
+func (f *fakeSockets) Subscribed(app, channel string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ch := range f.open {
+		if app == "app1" && ch == channel {
+			return true
+		}
+	}
+	return false
+}
+
+// pageMsg is a server-to-page message as the page decodes it.
+type pageMsg struct {
+	Type     string          `json:"type"`
+	ClientID string          `json:"clientId"`
+	ID       string          `json:"id"`
+	Tool     string          `json:"tool"`
+	Rev      *int64          `json:"rev"`
+	Input    json.RawMessage `json:"input"`
+}
+
+// fakePage answers messages with answer(m): a ToolResult to POST, or nil for no answer.
+type fakePage struct {
+	t      testing.TB
+	url    string
+	mu     sync.Mutex
+	got    []pageMsg
+	answer func(m pageMsg) json.RawMessage
+}
+
+func (p *fakePage) Publish(_, channel, _ string, data []byte) error {
+	var env struct {
+		Message pageMsg `json:"message"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		p.t.Errorf("published %s: %v", data, err)
+		return nil
+	}
+	m := env.Message
+	p.mu.Lock()
+	p.got = append(p.got, m)
+	answer := p.answer
+	p.mu.Unlock()
+	if answer == nil || m.Type == bridge.TypeCancel {
+		return nil
+	}
+	if res := answer(m); res != nil {
+		conv := channel[strings.LastIndexByte(channel, '.')+1:]
+		go p.post(conv, map[string]any{"protocol": 1, "type": "result", "clientId": m.ClientID, "id": m.ID, "result": res})
+	}
+	return nil
+}
+
+func (p *fakePage) post(conv string, msg any) int {
+	body, _ := json.Marshal(msg)
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/toolmark/bridge/"+conv, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Socket-ID", "s-"+conv)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Errorf("page post: %v", err)
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	return res.StatusCode
+}
+
+func (p *fakePage) messages(typ string) []pageMsg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []pageMsg
+	for _, m := range p.got {
+		if typ == "" || m.Type == typ {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (p *fakePage) setAnswer(f func(m pageMsg) json.RawMessage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.answer = f
+}
+
+// fakeEmitter records webhook events (toolmark_confirmed).
+type fakeEmitter struct {
+	mu     sync.Mutex
+	events []map[string]any
+}
+
+func (f *fakeEmitter) Emit(_ string, e map[string]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, e)
+}
+
+func (f *fakeEmitter) all() []map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]map[string]any(nil), f.events...)
+}
+
+type harness struct {
+	t       testing.TB
+	hooks   *fakeEmitter
+	srv     *httptest.Server
+	br      *bridge.Bridge
+	mcp     *Server
+	page    *fakePage
+	sockets *fakeSockets
+	apps    fakeApps
+	logs    *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testApps() fakeApps {
+	return fakeApps{
+		{ID: "app1", Key: "key1", Secret: "secret1", Toolmark: config.Toolmark{Enabled: true, CallTimeoutMS: 3000,
+			MaxTimeoutMS: 600000, MCP: config.ToolmarkMCP{Enabled: true}}},
+		{ID: "app2", Key: "key2", Secret: "secret2", Toolmark: config.Toolmark{Enabled: true}},
+		{ID: "app3", Key: "key3", Secret: "secret3", Toolmark: config.Toolmark{MCP: config.ToolmarkMCP{Enabled: true}}},
+		{ID: "app4", Key: "key4", Secret: "secret4", Toolmark: config.Toolmark{Enabled: true, MCP: config.ToolmarkMCP{Enabled: true}}},
+	}
+}
+
+func newHarness(t testing.TB, limits bridge.Limits) *harness {
+	h := &harness{t: t, hooks: &fakeEmitter{}, sockets: &fakeSockets{open: map[string]string{}}, apps: testApps(), logs: &syncBuffer{}}
+	h.page = &fakePage{t: t}
+	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
+	feed := bridge.NewLocalFeed()
+	mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
+	h.br = bridge.New(bridge.Options{Store: bridge.WithManifestFeed(mem, feed), Publisher: h.page, Sockets: h.sockets,
+		Webhooks: h.hooks, Apps: h.apps, Logger: logger, Limits: limits})
+	h.mcp = New(Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger})
+	e := echo.New()
+	g := e.Group("")
+	h.br.Register(g, "")
+	g.Any("/toolmark/mcp", echo.WrapHandler(h.mcp))
+	h.srv = httptest.NewServer(e)
+	h.page.url = h.srv.URL
+	t.Cleanup(func() {
+		h.mcp.Close()
+		h.srv.CloseClientConnections()
+		h.srv.Close()
+		h.br.Close()
+		_ = mem.Close()
+	})
+	return h
+}
+
+// openPage subscribes the page's socket to conv and posts a manifest.
+func (h *harness) openPage(conv, clientID string, rev int64, tools []map[string]any) {
+	h.t.Helper()
+	h.sockets.mu.Lock()
+	h.sockets.open["s-"+conv] = bridge.Channel("u1", conv)
+	h.sockets.mu.Unlock()
+	if code := h.page.post(conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": clientID, "rev": rev, "tools": tools}); code != http.StatusNoContent {
+		h.t.Fatalf("manifest: %d", code)
+	}
+}
+
+func (h *harness) closePage(conv string) {
+	h.sockets.mu.Lock()
+	defer h.sockets.mu.Unlock()
+	delete(h.sockets.open, "s-"+conv)
+}
+
+// token mints an HS256 token; claims override the defaults (nil deletes one).
+func token(secret string, claims map[string]any) string {
+	c := jwt.MapClaims{"iss": "key1", "sub": "u1", "conversation_id": "c1", "exp": time.Now().Add(time.Hour).Unix()}
+	for k, v := range claims {
+		if v == nil {
+			delete(c, k)
+		} else {
+			c[k] = v
+		}
+	}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// bearer adds the Authorization header to every request of an MCP client.
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// client connects the Go SDK's MCP client with tok; onListChanged (optional) sees
+// notifications/tools/list_changed.
+func (h *harness) client(tok string, onListChanged func()) *sdk.ClientSession {
+	h.t.Helper()
+	opts := &sdk.ClientOptions{}
+	if onListChanged != nil {
+		opts.ToolListChangedHandler = func(context.Context, *sdk.ToolListChangedRequest) { onListChanged() }
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts)
+	tr := &sdk.StreamableClientTransport{Endpoint: h.srv.URL + "/toolmark/mcp",
+		HTTPClient: &http.Client{Transport: bearer{tok, http.DefaultTransport}}, DisableStandaloneSSE: onListChanged == nil}
+	cs, err := c.Connect(context.Background(), tr, nil)
+	if err != nil {
+		h.t.Fatalf("connect: %v", err)
+	}
+	h.t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// waitFor polls cond until it holds or 5 s pass.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprint(err))
+	}
+	return b
+}

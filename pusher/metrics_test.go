@@ -1,0 +1,143 @@
+package pusher
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/reverbgo/reverbgo/config"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// sample returns the value of the series name{labels} in reg, or -1 when absent.
+func sample(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			return value(m)
+		}
+	}
+	return -1
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return -1
+}
+
+func TestMetricsMoveWithTraffic(t *testing.T) {
+	ts := newServer(t, withApp(func(a *config.App) { a.ClientEventRateLimit = intPtr(1); a.AcceptClientEventsFrom = "all" }))
+	ts.e.Use(ts.s.HTTPMetrics(""))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ts.s.Collector())
+	app := map[string]string{"app": testAppID}
+
+	a, b := ts.connect(t), ts.connect(t)
+	a.subscribe("news")
+	b.subscribe("news")
+	ts.subscribePresence(b, "presence-room", `{"user_id":"u1"}`)
+	ts.trigger(t, "news", "hello", "12345")
+	a.waitEvent("hello", "news")
+	b.waitEvent("hello", "news")
+
+	eventually(t, "opened", func() bool { return sample(t, reg, "reverbgo_connections_opened_total", app) == 2 })
+	if v := sample(t, reg, "reverbgo_connections", app); v != 2 {
+		t.Errorf("connections = %v", v)
+	}
+	if v := sample(t, reg, "reverbgo_subscriptions", map[string]string{"app": testAppID, "type": "public"}); v != 2 {
+		t.Errorf("public subscriptions = %v", v)
+	}
+	if v := sample(t, reg, "reverbgo_channels", map[string]string{"app": testAppID, "type": "presence"}); v != 1 {
+		t.Errorf("presence channels = %v", v)
+	}
+	if v := sample(t, reg, "reverbgo_presence_members", app); v != 1 {
+		t.Errorf("presence members = %v", v)
+	}
+	if v := sample(t, reg, "reverbgo_messages_published_total", app); v != 1 {
+		t.Errorf("published = %v", v)
+	}
+	// The trigger reached two sockets; member_added etc. are broadcasts too, so at least 2.
+	if v := sample(t, reg, "reverbgo_deliveries_total", nil); v < 2 {
+		t.Errorf("deliveries = %v", v)
+	}
+	if v := sample(t, reg, "reverbgo_http_requests_total", map[string]string{"app": testAppID, "endpoint": "/apps/:app_id/events", "code": "200"}); v != 1 {
+		t.Errorf("http events 200 = %v", v)
+	}
+	if st, _ := ts.rawAPI(t, "POST", "/apps/"+testAppID+"/events", []byte(`{}`)); st != http.StatusUnauthorized {
+		t.Fatalf("unsigned trigger: %d", st)
+	}
+	if v := sample(t, reg, "reverbgo_http_requests_total", map[string]string{"endpoint": "/apps/:app_id/events", "code": "401"}); v != 1 {
+		t.Errorf("http events 401 = %v", v)
+	}
+	ts.rawAPI(t, "GET", "/no/such/route/"+strings.Repeat("x", 10), nil)
+	if v := sample(t, reg, "reverbgo_http_requests_total", map[string]string{"endpoint": "other", "code": "404"}); v != 1 {
+		t.Errorf("http other 404 = %v", v)
+	}
+
+	// Client events: the second in one second is refused by the rate limit of 1.
+	before := sample(t, reg, "reverbgo_client_messages_received_total", app)
+	for i := 0; i < 2; i++ {
+		a.send(map[string]any{"event": "client-x", "channel": "news", "data": map[string]any{}})
+	}
+	a.waitError()
+	if v := sample(t, reg, "reverbgo_rate_limit_refusals_total", map[string]string{"app": testAppID, "limit": "client_events"}); v != 1 {
+		t.Errorf("rate limited = %v", v)
+	}
+	if v := sample(t, reg, "reverbgo_client_messages_received_total", app); v != before+2 {
+		t.Errorf("client messages = %v, want %v", v, before+2)
+	}
+
+	_ = a.ws.Close()
+	eventually(t, "closed counted", func() bool {
+		return sample(t, reg, "reverbgo_connections_closed_total", map[string]string{"app": testAppID, "reason": "client_gone"}) == 1
+	})
+
+	if c, err := dial(t, ts.wsURL("nope", "protocol=7"), nil); err == nil {
+		t.Cleanup(func() { _ = c.ws.Close() })
+	}
+	eventually(t, "refusal counted", func() bool {
+		return sample(t, reg, "reverbgo_connections_refused_total", map[string]string{"app": "", "reason": "app_not_found"}) == 1
+	})
+	// Every family carries HELP text and labels stay bounded: no channel names anywhere.
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) == 0 {
+		t.Fatalf("gather: %d families, %v", len(mfs), err)
+	}
+	for _, mf := range mfs {
+		if mf.GetHelp() == "" {
+			t.Errorf("%s has no HELP", mf.GetName())
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if strings.Contains(lp.GetValue(), "news") || strings.Contains(lp.GetValue(), "u1") {
+					t.Errorf("%s carries an unbounded label %s", mf.GetName(), fmt.Sprint(lp))
+				}
+			}
+		}
+	}
+}
