@@ -39,22 +39,31 @@ func reqErr(format string, args ...any) error {
 	return &RequestError{Reason: fmt.Sprintf(format, args...)}
 }
 
-// VerifyRequest checks a Pusher HTTP API request signed by a server SDK:
+// VerifyRequest checks a Pusher HTTP API request signed by a server SDK: VerifyQuery, then
+// VerifyBody. A nil error means the request is authentic; otherwise the error is a
+// *RequestError. Servers that read the body themselves call the two halves apart, so that
+// no byte of an unauthenticated body is read (see apisign).
+func VerifyRequest(method, path string, query url.Values, body []byte, key, secret string, now time.Time) error {
+	if err := VerifyQuery(method, path, query, key, secret, now); err != nil {
+		return err
+	}
+	return VerifyBody(query, body)
+}
+
+// VerifyQuery checks everything of a signed request that does not need the body:
 //
 //   - auth_key, auth_timestamp and auth_signature are present and auth_key equals key;
 //   - auth_version, when present, is "1.0";
 //   - |now - auth_timestamp| <= MaxClockSkew, to limit replay;
-//   - body_md5 is present when body is non-empty, and when present equals the hex MD5 of body,
-//     so the signature (which covers body_md5) also covers the body;
 //   - auth_signature equals HMAC(secret, METHOD+"\n"+path+"\n"+params), compared in constant
 //     time, where params is "k=v&..." over every query parameter but auth_signature, keys
 //     lower-cased and sorted, values unescaped, first value of each key.
 //
-// path is the request path without any configured server prefix, because SDKs sign the path
-// they were given, which never includes the prefix. Two parameters whose names differ only in
-// case are refused: the string to sign would be ambiguous. A nil error means the request is
-// authentic; otherwise the error is a *RequestError.
-func VerifyRequest(method, path string, query url.Values, body []byte, key, secret string, now time.Time) error {
+// The signature covers body_md5 (a query parameter), so once it holds, VerifyBody binds the
+// body to it. path is the request path without any configured server prefix, because SDKs
+// sign the path they were given, which never includes the prefix. Two parameters whose names
+// differ only in case are refused: the string to sign would be ambiguous.
+func VerifyQuery(method, path string, query url.Values, key, secret string, now time.Time) error {
 	for _, name := range []string{paramKey, paramTimestamp, paramSignature} {
 		if query.Get(name) == "" {
 			return reqErr("Missing %s", name)
@@ -83,20 +92,26 @@ func VerifyRequest(method, path string, query url.Values, body []byte, key, secr
 		return reqErr("Timestamp expired: auth_timestamp %d is more than %d seconds from server time %d", ts, skew, nowS)
 	}
 
-	if got, ok := query[paramBodyMD5]; ok {
-		if len(got) == 0 || !strings.EqualFold(got[0], bodyMD5(body)) {
-			return reqErr("body_md5 does not match")
-		}
-	} else if len(body) > 0 {
-		return reqErr("Missing body_md5")
-	}
-
 	toSign, err := stringToSign(method, path, query)
 	if err != nil {
 		return err
 	}
 	if !Equal(query.Get(paramSignature), HMACHex(secret, []byte(toSign))) {
 		return reqErr("Invalid signature")
+	}
+	return nil
+}
+
+// VerifyBody checks the body against the signed query: body_md5 is present when body is
+// non-empty, and when present equals the hex MD5 of body, so the signature (which covers
+// body_md5) also covers the body. It is only meaningful after VerifyQuery accepted query.
+func VerifyBody(query url.Values, body []byte) error {
+	if got, ok := query[paramBodyMD5]; ok {
+		if len(got) == 0 || !strings.EqualFold(got[0], bodyMD5(body)) {
+			return reqErr("body_md5 does not match")
+		}
+	} else if len(body) > 0 {
+		return reqErr("Missing body_md5")
 	}
 	return nil
 }

@@ -91,10 +91,13 @@ func TestVerifyRequest(t *testing.T) {
 		{"wrong secret", "POST", docPath, valid, body, docKey, "othersecret", docNow, "Invalid signature"},
 		{"bad md5", "POST", docPath,
 			strings.Replace(valid, docMD5, "00000000000000000000000000000000", 1),
-			body, docKey, docSecret, docNow, "body_md5 does not match"},
+			body, docKey, docSecret, docNow, "Invalid signature"}, // the signature covers body_md5
 		{"body tampered", "POST", docPath, valid, []byte(`{"name":"bar"}`), docKey, docSecret, docNow, "body_md5 does not match"},
 		{"body without body_md5", "POST", docPath,
 			"auth_key=" + docKey + "&auth_timestamp=1353088179&auth_version=1.0&auth_signature=" + docSig,
+			body, docKey, docSecret, docNow, "Invalid signature"}, // the query was signed with body_md5
+		{"body signed without body_md5", "POST", docPath,
+			SignRequest("POST", docPath, nil, nil, docKey, docSecret, docNow).Encode(),
 			body, docKey, docSecret, docNow, "Missing body_md5"},
 		{"body_md5 with empty body", "POST", docPath, valid, nil, docKey, docSecret, docNow, "body_md5 does not match"},
 		{"path tampered", "POST", "/apps/4/events", valid, body, docKey, docSecret, docNow, "Invalid signature"},

@@ -8,45 +8,43 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/apisign"
 	"github.com/reverbgo/reverbgo/config"
 )
 
 // appHandler is an app endpoint after signature verification.
 type appHandler func(c echo.Context, app *config.App, body []byte) error
 
-// signed authenticates an app request exactly like the Pusher HTTP API: unknown app → 404,
-// body over the limit → 413, bad signature → 401, toolmark disabled → 403 (only after the
-// signature, so unauthenticated callers learn nothing about the app's config).
+// signed authenticates an app request with the same middleware as the Pusher HTTP API
+// (apisign): unknown app → 404, bad signature → 401 before the body is read, body over
+// Limits.MaxBody → 413, body_md5 mismatch → 401; then toolmark disabled → 403 (only after
+// the signature, so unauthenticated callers learn nothing about the app's config).
 func (b *Bridge) signed(prefix string, h appHandler) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		app := b.apps.AppByID(c.Param("app"))
-		if app == nil {
-			return jsonError(c, http.StatusNotFound, "Unknown app")
-		}
-		body, err := b.readBody(c)
-		if errors.Is(err, errBodyTooLarge) {
-			return jsonError(c, http.StatusRequestEntityTooLarge, "Body over the size limit")
-		}
-		if err != nil {
-			return jsonError(c, http.StatusBadRequest, "Cannot read body")
-		}
-		r := c.Request()
-		path := strings.TrimPrefix(r.URL.Path, prefix)
-		if err := auth.VerifyRequest(r.Method, path, r.URL.Query(), body, app.Key, app.Secret, b.now()); err != nil {
-			return jsonError(c, http.StatusUnauthorized, err.Error())
-		}
+	mw := apisign.Middleware(apisign.Config{
+		Prefix: prefix,
+		Param:  "app",
+		Lookup: func(id string) (any, apisign.Credentials, bool) {
+			app := b.apps.AppByID(id)
+			if app == nil {
+				return nil, apisign.Credentials{}, false
+			}
+			return app, apisign.Credentials{Key: app.Key, Secret: app.Secret}, true
+		},
+		MaxBody: b.lim.MaxBody,
+		Now:     b.now,
+	})
+	return mw(func(c echo.Context) error {
+		app := apisign.App(c).(*config.App)
 		if !app.Toolmark.Enabled {
 			return jsonError(c, http.StatusForbidden, "Toolmark is disabled for this app")
 		}
-		return h(c, app, body)
-	}
+		return h(c, app, apisign.Body(c))
+	})
 }
 
 // callRequest is a decoded POST /toolmark/calls or /toolmark/describe body.

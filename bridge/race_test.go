@@ -21,7 +21,7 @@ func TestRaceResultVsTimeout(t *testing.T) {
 	h.clock.mu.Unlock()
 	h.withManifest(client1, 1)
 
-	const calls, answerers = 60, 3
+	const calls, answerers, maxRounds = 60, 3, 20
 	var mu sync.Mutex
 	codes := map[string][]int{}
 	var pages sync.WaitGroup
@@ -43,48 +43,65 @@ func TestRaceResultVsTimeout(t *testing.T) {
 			}()
 		}
 	}
-	results := make(chan callResp, calls)
-	var agents sync.WaitGroup
-	for i := 0; i < calls; i++ {
-		agents.Add(1)
-		go func() {
-			defer agents.Done()
-			results <- recv(t, h.startCall(context.Background(), "calls",
-				`{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":{},"timeout_ms":6}`))
-		}()
-	}
-	agents.Wait()
-	pages.Wait()
-	close(results)
-	cancels := map[string]bool{}
-	for _, p := range h.pub.all() {
-		if m := decodeEvent(t, p); m.Type == "cancel" {
-			cancels[m.ID] = true
+	// One round of concurrent calls; returns how many timed out and how many got a result.
+	round := func() (timeouts, answered int) {
+		results := make(chan callResp, calls)
+		var agents sync.WaitGroup
+		for i := 0; i < calls; i++ {
+			agents.Add(1)
+			go func() {
+				defer agents.Done()
+				results <- recv(t, h.startCall(context.Background(), "calls",
+					`{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":{},"timeout_ms":6}`))
+			}()
 		}
-	}
-	wins := map[string]int{}
-	for r := range results {
-		got := codes[r.ID]
-		n204 := 0
-		for _, c := range got {
-			switch c {
-			case http.StatusNoContent:
-				n204++
-			case http.StatusConflict, http.StatusGone:
-			default:
-				t.Fatalf("%s: page got %d", r.ID, c)
+		agents.Wait()
+		pages.Wait()
+		close(results)
+		cancels := map[string]bool{}
+		for _, p := range h.pub.all() {
+			if m := decodeEvent(t, p); m.Type == "cancel" {
+				cancels[m.ID] = true
 			}
 		}
-		timedOut := string(r.Result) == `{"status":"timeout"}`
-		switch {
-		case timedOut && (n204 != 0 || !cancels[r.ID]):
-			t.Fatalf("%s: agent timed out but page codes %v, cancel %v", r.ID, got, cancels[r.ID])
-		case !timedOut && (n204 != 1 || cancels[r.ID]):
-			t.Fatalf("%s: agent got %s but page codes %v, cancel %v", r.ID, r.Result, got, cancels[r.ID])
+		for r := range results {
+			got := codes[r.ID]
+			n204 := 0
+			for _, c := range got {
+				switch c {
+				case http.StatusNoContent:
+					n204++
+				case http.StatusConflict, http.StatusGone:
+				default:
+					t.Fatalf("%s: page got %d", r.ID, c)
+				}
+			}
+			timedOut := string(r.Result) == `{"status":"timeout"}`
+			switch {
+			case timedOut && (n204 != 0 || !cancels[r.ID]):
+				t.Fatalf("%s: agent timed out but page codes %v, cancel %v", r.ID, got, cancels[r.ID])
+			case !timedOut && (n204 != 1 || cancels[r.ID]):
+				t.Fatalf("%s: agent got %s but page codes %v, cancel %v", r.ID, r.Result, got, cancels[r.ID])
+			}
+			if timedOut {
+				timeouts++
+			} else {
+				answered++
+			}
 		}
-		wins[fmt.Sprint(timedOut)]++
+		return timeouts, answered
 	}
-	t.Logf("outcomes: %v", wins)
+	// Both outcomes must happen, or the test proves nothing about the race: rounds go on
+	// until each was seen (a loaded machine can push a whole round to one side).
+	var timeouts, wins int
+	for r := 0; r < maxRounds && (timeouts == 0 || wins == 0); r++ {
+		to, w := round()
+		timeouts, wins = timeouts+to, wins+w
+	}
+	if timeouts == 0 || wins == 0 {
+		t.Fatalf("after %d rounds of %d calls: %d timeouts, %d results: the race was not exercised", maxRounds, calls, timeouts, wins)
+	}
+	t.Logf("outcomes: %d timeouts, %d results", timeouts, wins)
 }
 
 func TestRaceDuplicateResults(t *testing.T) {

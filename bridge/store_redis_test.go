@@ -3,7 +3,6 @@ package bridge_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/bridge/storetest"
+	"github.com/reverbgo/reverbgo/internal/testenv"
 )
 
 func newRedisStore(t *testing.T, rdb redis.UniversalClient) bridge.Store {
@@ -53,7 +53,7 @@ func TestRedisStoreMiniredis(t *testing.T) {
 
 // TestRedisStoreReal runs the suite against a real server when REVERBGO_TEST_REDIS_URL is set.
 func TestRedisStoreReal(t *testing.T) {
-	u := os.Getenv("REVERBGO_TEST_REDIS_URL")
+	u := testenv.RedisURL(t)
 	if u == "" {
 		t.Skip("REVERBGO_TEST_REDIS_URL not set")
 	}

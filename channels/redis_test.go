@@ -2,7 +2,6 @@ package channels_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/channels/channelstest"
+	"github.com/reverbgo/reverbgo/internal/testenv"
 )
 
 // backend is a Redis the shared suites run against: miniredis always, a real server when
@@ -38,7 +38,7 @@ func backends(t *testing.T) []backend {
 		t.Cleanup(func() { _ = rdb.Close() })
 		return rdb
 	}}}
-	if u := os.Getenv("REVERBGO_TEST_REDIS_URL"); u != "" {
+	if u := testenv.RedisURL(t); u != "" {
 		opt, err := redis.ParseURL(u)
 		if err != nil {
 			t.Fatal(err)

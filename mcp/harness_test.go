@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,11 +48,29 @@ func (f fakeApps) AppByKey(key string) *config.App {
 	return nil
 }
 
-// fakeSockets: socket "s-{conv}" is subscribed to private-toolmark.u1.{conv} of app1 while the
+// fakeSockets: socket sockID(conv) is subscribed to private-toolmark.u1.{conv} of app1 while the
 // page is open.
 type fakeSockets struct {
 	mu   sync.Mutex
 	open map[string]string // socket → channel
+}
+
+// sockID is the (valid, numeric) socket id of conv's page; sockToken its page token.
+func sockID(conv string) string {
+	return "1." + strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(conv))), 10)
+}
+
+func sockToken(id string) string { return "token-of-" + id }
+
+// Subscriptions implements bridge.Sockets: the page's channel with its token's hash.
+func (f *fakeSockets) Subscriptions(id string) (string, map[string]string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch, ok := f.open[id]
+	if !ok {
+		return "", nil, false
+	}
+	return "app1", map[string]string{ch: bridge.TokenHash(sockToken(id))}, true
 }
 
 func (f *fakeSockets) Channels(id string) (string, []string, bool) {
@@ -117,7 +137,8 @@ func (p *fakePage) post(conv string, msg any) int {
 	body, _ := json.Marshal(msg)
 	req, _ := http.NewRequest(http.MethodPost, p.url+"/toolmark/bridge/"+conv, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Socket-ID", "s-"+conv)
+	req.Header.Set("X-Socket-ID", sockID(conv))
+	req.Header.Set("X-Toolmark-Token", sockToken(sockID(conv)))
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		p.t.Errorf("page post: %v", err)
@@ -232,7 +253,7 @@ func newHarness(t testing.TB, limits bridge.Limits) *harness {
 func (h *harness) openPage(conv, clientID string, rev int64, tools []map[string]any) {
 	h.t.Helper()
 	h.sockets.mu.Lock()
-	h.sockets.open["s-"+conv] = bridge.Channel("u1", conv)
+	h.sockets.open[sockID(conv)] = bridge.Channel("u1", conv)
 	h.sockets.mu.Unlock()
 	if code := h.page.post(conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": clientID, "rev": rev, "tools": tools}); code != http.StatusNoContent {
 		h.t.Fatalf("manifest: %d", code)
@@ -242,7 +263,7 @@ func (h *harness) openPage(conv, clientID string, rev int64, tools []map[string]
 func (h *harness) closePage(conv string) {
 	h.sockets.mu.Lock()
 	defer h.sockets.mu.Unlock()
-	delete(h.sockets.open, "s-"+conv)
+	delete(h.sockets.open, sockID(conv))
 }
 
 // token mints an HS256 token; claims override the defaults (nil deletes one).

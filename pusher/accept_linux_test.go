@@ -63,7 +63,7 @@ func wsHead(key string) string {
 // The fast path answers byte for byte as gorilla did, with connection_established in the
 // same response, and the socket then works like any other.
 func TestFastListenerSameResponse(t *testing.T) {
-	slow := newServer(t)
+	slow := newServer(t, withStdListener())
 	fast := newServer(t, withFastListener())
 	slowHead, slowFrame, _ := rawHead(t, slow.ts.Listener.Addr().String(), wsHead(testKey))
 	fastHead, fastFrame, nc := rawHead(t, fast.ts.Listener.Addr().String(), wsHead(testKey))
@@ -130,9 +130,9 @@ func TestFastListenerFallbacks(t *testing.T) {
 			t.Errorf("%s: %q %q", tc.name, head, frame)
 		}
 	}
-	// gorilla's answer to a bad handshake is unchanged.
+	// A version the server does not speak gets ServeWS's 426 with the version it does.
 	head, frame, _ := rawHead(t, addr, strings.Replace(wsHead(testKey), "Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8", 1))
-	if _ = frame; !strings.HasPrefix(head, "HTTP/1.1 400 ") {
+	if _ = frame; !strings.HasPrefix(head, "HTTP/1.1 426 ") || !strings.Contains(head, "Sec-Websocket-Version: 13") {
 		t.Errorf("version 8: %q", head)
 	}
 	// An allowed Origin takes the fast path.

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -14,8 +14,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/apisign"
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/config"
 )
 
 // Pusher HTTP API limits.
@@ -25,13 +26,6 @@ const (
 )
 
 var socketIDPattern = regexp.MustCompile(`^\d+\.\d+$`)
-
-type ctxKey string
-
-const (
-	ctxApp  ctxKey = "app"
-	ctxBody ctxKey = "body"
-)
 
 // Routes mounts the WebSocket endpoint, the Pusher HTTP API and /up under prefix.
 func (s *Server) Routes(e *echo.Echo, prefix string) {
@@ -77,46 +71,41 @@ func apiError(c echo.Context, status int, message string) error {
 	return c.JSON(status, map[string]string{"error": message})
 }
 
-// signedRequest resolves the app, bounds the body by server.max_request_size and verifies
-// the Pusher signature over the path without the configured prefix.
+// signedRequest is the shared signing middleware (apisign) for the Pusher HTTP API: the
+// body is bounded by server.max_request_size and the path is verified without prefix.
 func (s *Server) signedRequest(prefix string) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			app := s.appsByID[c.Param("app_id")]
-			if app == nil {
-				return apiError(c, http.StatusNotFound, "Unknown app")
-			}
-			limit := s.cfg.Server.MaxRequestSize
-			body, err := io.ReadAll(io.LimitReader(c.Request().Body, limit+1))
-			if err != nil {
-				return apiError(c, http.StatusBadRequest, "Could not read the request body")
-			}
-			if int64(len(body)) > limit {
-				return apiError(c, http.StatusRequestEntityTooLarge, "Request body is too large")
-			}
-			r := c.Request()
-			path := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
-			if err := auth.VerifyRequest(r.Method, path, r.URL.Query(), body, app.cfg.Key, app.cfg.Secret, s.now()); err != nil {
-				return apiError(c, http.StatusUnauthorized, err.Error())
-			}
-			c.Set(string(ctxApp), app)
-			c.Set(string(ctxBody), body)
-			return next(c)
-		}
+	limit := s.cfg.Server.MaxRequestSize
+	if limit <= 0 { // a Config built by hand rather than loaded: the documented default
+		limit = config.DefaultMaxRequestSize
 	}
+	return apisign.Middleware(apisign.Config{
+		Prefix: prefix,
+		Param:  "app_id",
+		Lookup: func(id string) (any, apisign.Credentials, bool) {
+			app := s.appsByID[id]
+			if app == nil {
+				return nil, apisign.Credentials{}, false
+			}
+			return app, apisign.Credentials{Key: app.cfg.Key, Secret: app.cfg.Secret}, true
+		},
+		MaxBody: limit,
+		Now:     s.now,
+	})
 }
 
-func appOf(c echo.Context) *appState { return c.Get(string(ctxApp)).(*appState) }
-func bodyOf(c echo.Context) []byte   { return c.Get(string(ctxBody)).([]byte) }
+func appOf(c echo.Context) *appState { return apisign.App(c).(*appState) }
+func bodyOf(c echo.Context) []byte   { return apisign.Body(c) }
 
 // triggerEvent is one event of POST /events or of a batch.
+// decodeEvent and decodeBatch fill it after checking each field's JSON type.
 type triggerEvent struct {
-	Name     string          `json:"name"`
-	Data     json.RawMessage `json:"data"`
-	Channels []string        `json:"channels"`
-	Channel  string          `json:"channel"`
-	SocketID string          `json:"socket_id"`
-	Info     string          `json:"info"`
+	Name     string
+	Data     string
+	HasData  bool // data was present (an empty string is valid data)
+	Channels []string
+	Channel  string
+	SocketID string
+	Info     string
 }
 
 type httpError struct {
@@ -146,33 +135,14 @@ func (s *Server) prepare(app *appState, ev *triggerEvent) ([]string, string, *ht
 			return nil, "", &httpError{http.StatusBadRequest, "invalid channel name: " + truncate(ch, 200)}
 		}
 	}
-	if ev.SocketID != "" && !socketIDPattern.MatchString(ev.SocketID) {
-		return nil, "", &httpError{http.StatusBadRequest, "invalid socket_id"}
-	}
-	data, ok := eventData(ev.Data)
-	if !ok {
+	if !ev.HasData {
 		return nil, "", &httpError{http.StatusBadRequest, "data is required"}
 	}
+	data := ev.Data
 	if len(data) > app.cfg.MaxMessageSize {
 		return nil, "", &httpError{http.StatusRequestEntityTooLarge, "event data is over the app's max_message_size"}
 	}
 	return chans, data, nil
-}
-
-// eventData takes data as the string SDKs send, or any other JSON value as its text.
-func eventData(raw json.RawMessage) (string, bool) {
-	d := bytes.TrimSpace(raw)
-	if len(d) == 0 || string(d) == "null" {
-		return "", false
-	}
-	if d[0] == '"' {
-		var s string
-		if json.Unmarshal(d, &s) != nil {
-			return "", false
-		}
-		return s, true
-	}
-	return string(d), true
 }
 
 func truncate(s string, n int) string {
@@ -195,11 +165,11 @@ func decodeJSON(body []byte, v any) error {
 
 func (s *Server) handleEvents(c echo.Context) error {
 	app := appOf(c)
-	var ev triggerEvent
-	if err := decodeJSON(bodyOf(c), &ev); err != nil {
-		return apiError(c, http.StatusBadRequest, "Body must be a JSON event object")
+	ev, herr := decodeEvent(bodyOf(c))
+	if herr != nil {
+		return apiError(c, herr.status, herr.message)
 	}
-	chans, data, herr := s.prepare(app, &ev)
+	chans, data, herr := s.prepare(app, ev)
 	if herr != nil {
 		return apiError(c, herr.status, herr.message)
 	}
@@ -222,11 +192,10 @@ func (s *Server) handleEvents(c echo.Context) error {
 
 func (s *Server) handleBatch(c echo.Context) error {
 	app := appOf(c)
-	var req struct {
-		Batch []triggerEvent `json:"batch"`
-	}
-	if err := decodeJSON(bodyOf(c), &req); err != nil {
-		return apiError(c, http.StatusBadRequest, "Body must be {\"batch\": [...]}")
+	var req struct{ Batch []*triggerEvent }
+	var herr *httpError
+	if req.Batch, herr = decodeBatch(bodyOf(c)); herr != nil {
+		return apiError(c, herr.status, herr.message)
 	}
 	if len(req.Batch) == 0 {
 		return apiError(c, http.StatusBadRequest, "batch is empty")
@@ -240,20 +209,20 @@ func (s *Server) handleBatch(c echo.Context) error {
 	}
 	ready := make([]prepared, len(req.Batch))
 	for i := range req.Batch {
-		ev := &req.Batch[i]
+		ev := req.Batch[i]
 		if len(ev.Channels) > 0 {
-			return apiError(c, http.StatusBadRequest, "batch events take one channel each")
+			return apiError(c, http.StatusBadRequest, fmt.Sprintf("batch[%d]: batch events take one channel each", i))
 		}
 		chans, data, herr := s.prepare(app, ev)
 		if herr != nil {
-			return apiError(c, herr.status, herr.message)
+			return apiError(c, herr.status, fmt.Sprintf("batch[%d]: %s", i, herr.message))
 		}
 		ready[i] = prepared{chans, data}
 	}
 	ctx := c.Request().Context()
 	withInfo := false
 	for i, p := range ready {
-		ev := &req.Batch[i]
+		ev := req.Batch[i]
 		withInfo = withInfo || ev.Info != ""
 		if err := s.publish(ctx, app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID); err != nil {
 			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())

@@ -19,6 +19,11 @@ const DefaultMaxQueueBytes = 1 << 20
 // long is treated as gone.
 const writeTimeout = 10 * time.Second
 
+// testHookPartialWrite, set only by tests, runs after a non-blocking write left a remainder
+// and before the writer takes the connection's lock again: it holds open the window in
+// which a subscribe can interleave with a partial write.
+var testHookPartialWrite func()
+
 // closeGrace is how long a closing connection waits for the peer's close frame.
 const closeGrace = 2 * time.Second
 
@@ -42,13 +47,15 @@ type Conn struct {
 	socketID string
 
 	mu          sync.Mutex
-	queue       net.Buffers
-	spare       net.Buffers
-	queuedBytes int
+	queue       net.Buffers     // whole frames waiting for a writer, in order
+	spare       net.Buffers     // a written batch's backing array, reused
+	barriers    []*writeBarrier // open barriers and released ones behind an open one
+	queuedBytes int             // bytes in queue
+	heldBytes   int             // bytes held by barriers
+	unsentBytes int             // remainder of a partial write, owned by the writer
 	maxBytes    int
 	writing     bool // a writer (flusher pass or slow-path goroutine) owns the socket
 	scheduled   bool // on the flusher's dirty list
-	paused      bool
 	closing     bool
 	closed      bool
 	delivered   uint64 // frames queued while a console observes (observe.go)
@@ -80,16 +87,24 @@ func (c *Conn) SocketID() string { return c.socketID }
 var _ channels.Subscriber = (*Conn)(nil)
 
 // Send queues a frame without blocking. A client whose queue would pass maxBytes is
-// disconnected instead: one slow reader never slows a broadcast.
+// disconnected instead: one slow reader never slows a broadcast. While a write barrier is
+// open the frame waits behind it (see holdWrites).
 func (c *Conn) Send(frame []byte) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
 		return
 	}
-	if c.queuedBytes+len(frame) > c.maxBytes {
+	if c.queuedBytes+c.heldBytes+c.unsentBytes+len(frame) > c.maxBytes {
 		c.mu.Unlock()
 		c.closeWith(CloseSlowConsumer)
+		return
+	}
+	if n := len(c.barriers); n > 0 {
+		b := c.barriers[n-1]
+		b.after = append(b.after, frame)
+		c.heldBytes += len(frame)
+		c.mu.Unlock()
 		return
 	}
 	c.queue = append(c.queue, frame)
@@ -110,9 +125,9 @@ const (
 )
 
 // kickLocked decides, under c.mu, whether a writer must be started; nothing is started
-// while one is already writing or scheduled, or while writes are paused.
+// while one is already writing or scheduled.
 func (c *Conn) kickLocked() kick {
-	if c.writing || c.scheduled || c.paused || c.closed {
+	if c.writing || c.scheduled || c.closed {
 		return kickNone
 	}
 	if len(c.queue) == 0 && !c.closing {
@@ -131,50 +146,115 @@ func (c *Conn) doKick(k kick) {
 	case kickFlusher:
 		c.fl.schedule(c)
 	case kickGoroutine:
-		go c.writeLoop()
+		go c.writeLoop(nil)
 	}
 }
 
-// pauseWrites holds the writer and returns the queue position where frames queued from now
-// on begin; resumeWrites inserts frames there. Subscribing uses it so that
-// subscription_succeeded precedes any event published on the channel after the subscribe.
-func (c *Conn) pauseWrites() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.paused = true
-	return len(c.queue)
+// writeBarrier holds back every frame sent to its connection after it was opened until it
+// is released with the frames that must go first (subscription_succeeded and a cache
+// replay before the channel's events). The held frames live in the barrier, not in the
+// queue, so nothing is ever inserted into the queue: the writer only ever takes whole
+// frames from its front, and a partial write, a barrier and a close cannot interleave in
+// a way that splits a frame. Frames queued before the barrier keep flowing meanwhile.
+type writeBarrier struct {
+	c        *Conn
+	frames   net.Buffers // what release puts first
+	after    net.Buffers // frames sent while this was the newest open barrier
+	released bool
 }
 
-func (c *Conn) resumeWrites(at int, frames ...[]byte) {
+// holdWrites opens a barrier. Barriers nest in order: frames sent while several are open
+// wait behind the newest, and a barrier's frames go out only once every older barrier
+// is released, so the stream reads [before b1][b1's frames][sent during b1][b2's frames]...
+// Every barrier must be released (a closing connection drops them).
+func (c *Conn) holdWrites() *writeBarrier {
+	b := &writeBarrier{c: c}
 	c.mu.Lock()
-	c.paused = false
-	if c.closing {
-		k := c.kickLocked()
+	if !c.closing {
+		c.barriers = append(c.barriers, b)
+	}
+	c.mu.Unlock()
+	return b
+}
+
+// release sends frames, then what the barrier held, as soon as no older barrier is open.
+// It is a no-op on a closing connection. Safe from any goroutine; call it once.
+func (b *writeBarrier) release(frames ...[]byte) {
+	c := b.c
+	c.mu.Lock()
+	if c.closing || b.released {
 		c.mu.Unlock()
-		c.doKick(k)
 		return
 	}
-	if at > len(c.queue) {
-		at = len(c.queue)
+	b.released = true
+	b.frames = frames
+	for _, f := range frames {
+		c.heldBytes += len(f)
 	}
-	if len(frames) > 0 {
-		tail := append(net.Buffers(nil), c.queue[at:]...)
-		c.queue = append(append(c.queue[:at], frames...), tail...)
-		for _, f := range frames {
-			c.queuedBytes += len(f)
-		}
-	}
+	c.drainBarriersLocked()
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)
 }
 
+// drainBarriersLocked moves every released barrier at the head of the list to the queue.
+func (c *Conn) drainBarriersLocked() {
+	i := 0
+	for ; i < len(c.barriers) && c.barriers[i].released; i++ {
+		b := c.barriers[i]
+		for _, part := range [2]net.Buffers{b.frames, b.after} {
+			for _, f := range part {
+				c.queue = append(c.queue, f)
+				c.heldBytes -= len(f)
+				c.queuedBytes += len(f)
+			}
+		}
+		b.frames, b.after = nil, nil
+		c.barriers[i] = nil
+	}
+	if i == len(c.barriers) {
+		c.barriers = c.barriers[:0]
+	} else if i > 0 {
+		c.barriers = append(c.barriers[:0], c.barriers[i:]...)
+	}
+}
+
+// dropBarriersLocked is for a connection that starts closing: released barriers at the
+// head still go out in order; an unreleased one and everything behind it are dropped, as
+// their frames would arrive before the subscription_succeeded they wait for.
+func (c *Conn) dropBarriersLocked() {
+	c.drainBarriersLocked()
+	for i, b := range c.barriers {
+		b.frames, b.after = nil, nil
+		c.barriers[i] = nil
+	}
+	c.barriers = nil
+	c.heldBytes = 0
+}
+
+// takeBatchLocked hands the whole queue to a writer.
+func (c *Conn) takeBatchLocked() net.Buffers {
+	batch := c.queue
+	c.queue, c.spare = c.spare[:0], nil
+	c.queuedBytes = 0
+	return batch
+}
+
+// recycleLocked keeps a written batch's backing array for the next one.
+func (c *Conn) recycleLocked(orig net.Buffers) {
+	if cap(orig) <= 1024 {
+		c.spare = orig[:0]
+	}
+}
+
 // flush is the fast path, run by the connection's flusher: one non-blocking writev of
-// everything queued. What the socket does not take goes to the slow path.
+// everything queued. What the socket does not take stays with the writer (the slow path
+// goroutine gets it as its first batch); it never goes back into the queue, which others
+// may have appended to meanwhile.
 func (c *Conn) flush(f *flusher) {
 	c.mu.Lock()
 	c.scheduled = false
-	if c.writing || c.paused || c.closed {
+	if c.writing || c.closed {
 		c.mu.Unlock()
 		return
 	}
@@ -189,9 +269,7 @@ func (c *Conn) flush(f *flusher) {
 		}
 		return
 	}
-	batch := c.queue
-	c.queue, c.spare = c.spare[:0], nil
-	c.queuedBytes = 0
+	batch := c.takeBatchLocked()
 	c.writing = true
 	c.mu.Unlock()
 
@@ -203,7 +281,10 @@ func (c *Conn) flush(f *flusher) {
 		return
 	}
 	if rest != nil {
-		// The socket is full: the rest goes first, written by a blocking goroutine.
+		if testHookPartialWrite != nil {
+			testHookPartialWrite()
+		}
+		// The socket is full: a blocking goroutine writes the rest, then the queue.
 		restCopy := append(net.Buffers(nil), rest...)
 		n := 0
 		for _, b := range restCopy {
@@ -211,17 +292,14 @@ func (c *Conn) flush(f *flusher) {
 		}
 		clear(orig)
 		c.mu.Lock()
-		c.queue = append(restCopy, c.queue...)
-		c.queuedBytes += n
+		c.unsentBytes = n
 		c.mu.Unlock()
-		go c.writeLoop() // c.writing stays true: the slow path owns the socket now
+		go c.writeLoop(restCopy) // c.writing stays true: the slow path owns the socket now
 		return
 	}
 	clear(orig)
 	c.mu.Lock()
-	if cap(orig) <= 1024 {
-		c.spare = orig[:0]
-	}
+	c.recycleLocked(orig)
 	c.writing = false
 	k := c.kickLocked()
 	c.mu.Unlock()
@@ -229,12 +307,23 @@ func (c *Conn) flush(f *flusher) {
 }
 
 // writeLoop is the slow path: a goroutine with blocking writes that runs only while a TLS
-// connection has something queued or a plain socket's buffer is full. Each pass writes the
-// whole queue at once.
-func (c *Conn) writeLoop() {
+// connection has something queued or a plain socket's buffer is full. It writes first
+// (the remainder of a partial write) and then the whole queue at once per pass.
+func (c *Conn) writeLoop(first net.Buffers) {
+	if len(first) > 0 {
+		_ = c.netConn.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := first.WriteTo(c.netConn)
+		c.mu.Lock()
+		c.unsentBytes = 0
+		c.mu.Unlock()
+		if err != nil {
+			c.abort(CloseWriteError)
+			return
+		}
+	}
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 || c.paused || c.closed {
+		if len(c.queue) == 0 || c.closed {
 			c.writing = false
 			finish := c.closing && !c.closed && len(c.queue) == 0
 			if finish {
@@ -249,9 +338,7 @@ func (c *Conn) writeLoop() {
 			}
 			return
 		}
-		batch := c.queue
-		c.queue, c.spare = c.spare[:0], nil
-		c.queuedBytes = 0
+		batch := c.takeBatchLocked()
 		c.mu.Unlock()
 
 		orig := batch // WriteTo consumes batch; orig keeps the backing array for reuse
@@ -259,9 +346,7 @@ func (c *Conn) writeLoop() {
 		_, err := batch.WriteTo(c.netConn)
 		clear(orig) // drop references so shared frames can be freed
 		c.mu.Lock()
-		if cap(orig) <= 1024 {
-			c.spare = orig[:0]
-		}
+		c.recycleLocked(orig)
 		c.mu.Unlock()
 		if err != nil {
 			c.abort(CloseWriteError)
@@ -285,12 +370,12 @@ func (c *Conn) closeWith(reason CloseReason) {
 	}
 	c.closing = true
 	c.reason = reason
+	c.dropBarriersLocked()
 	if reason.sendsPusherError() {
 		f := errorFrame(reason.Code(), reason.Message())
 		c.queue = append(c.queue, f)
 	}
 	c.queue = append(c.queue, closeFrame(reason.Code(), reason.Message()))
-	c.paused = false
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)
@@ -303,16 +388,15 @@ func (c *Conn) abort(reason CloseReason) {
 		c.mu.Unlock()
 		return
 	}
-	// FIX(tests): was `if !c.closing`, so cleanup's abort(CloseClientGone) overwrote the
-	// reason the read loop had recorded (message_too_big) in logs and metrics.
+	// The first reason recorded wins: cleanup's abort(CloseClientGone) must not overwrite
+	// the one the read loop found (message_too_big) in logs and metrics.
 	if !c.closing && c.reason == CloseNone {
 		c.reason = reason
 	}
 	c.closing = true
 	c.closed = true
-	for i := range c.queue {
-		c.queue[i] = nil
-	}
+	c.dropBarriersLocked()
+	clear(c.queue)
 	c.queue = nil
 	c.queuedBytes = 0
 	c.mu.Unlock()

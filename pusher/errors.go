@@ -21,6 +21,7 @@ const (
 	CloseMessageTooBig
 	CloseWriteError
 	CloseProtocolError
+	CloseInvalidPayload
 )
 
 type closeInfo struct {
@@ -44,6 +45,7 @@ var closeInfos = [...]closeInfo{
 	CloseMessageTooBig:       {1009, "Message too big", "message_too_big"},
 	CloseWriteError:          {1006, "", "write_error"},
 	CloseProtocolError:       {1002, "", "protocol_error"},
+	CloseInvalidPayload:      {1007, "Text message is not valid UTF-8", "invalid_payload"},
 }
 
 // Code is the WebSocket close code sent for r.

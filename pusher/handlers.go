@@ -140,7 +140,7 @@ func (c *Conn) subscribe(data json.RawMessage) {
 		return
 	}
 	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
-	at := c.pauseWrites()
+	b := c.holdWrites()
 	count, added := c.srv.reg.Subscribe(cfg.ID, name, c)
 	c.addSub(name, sub)
 	frames := [][]byte{subscribedFrame(name, "{}")}
@@ -150,9 +150,8 @@ func (c *Conn) subscribe(data json.RawMessage) {
 	if kind.IsCache() {
 		frames = append(frames, c.cacheReplay(name))
 	}
-	c.resumeWrites(at, frames...)
-	// FIX(tests): was count == 1 alone, so a repeated subscribe by a channel's only
-	// subscriber emitted channel_occupied again.
+	b.release(frames...)
+	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {
 		c.srv.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
 	}
@@ -165,9 +164,8 @@ func (c *Conn) subscribePresence(name string, m channels.Member) {
 	s := c.srv
 	cfg := c.app.cfg
 	ctx := context.Background()
-	// FIX(tests): re-subscribing as another user used to overwrite the subscription's userID
-	// while the old user's socket stayed in the presence store, a ghost member never removed
-	// (leave only knows the newest userID). Leave the old membership first.
+	// Re-subscribing as another user leaves the old membership first: leave only knows the
+	// subscription's newest userID, so the old one would stay a ghost member for ever.
 	if old, ok := c.subscribed(name); ok && old.userID != m.UserID {
 		c.unsubscribe(name)
 	}
@@ -185,15 +183,14 @@ func (c *Conn) subscribePresence(name string, m channels.Member) {
 		c.sendError(codeOverCapacity, "Presence is unavailable, try again")
 		return
 	}
-	at := c.pauseWrites()
+	b := c.holdWrites()
 	count, added := s.reg.Subscribe(cfg.ID, name, c)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)
-	// FIX(tests): the member list used to be read before Subscribe, so a user who joined in
-	// between was in neither the list nor a member_added (published before this socket was
-	// subscribed) and stayed invisible to it. Read after Subscribe, a concurrent join is in
-	// the list or arrives as member_added after subscription_succeeded (at worst both;
-	// clients treat a repeated member_added as a no-op).
+	// The member list is read after Subscribe: a concurrent join is then in the list or
+	// arrives as member_added after subscription_succeeded (at worst both; clients treat a
+	// repeated member_added as a no-op). Read before, a user joining in between would be
+	// in neither and stay invisible to this socket.
 	if members, err = s.reg.Presence().Members(ctx, cfg.ID, name); err != nil {
 		members = []channels.Member{m}
 	}
@@ -208,9 +205,8 @@ func (c *Conn) subscribePresence(name string, m channels.Member) {
 		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
 		_ = s.publish(ctx, cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
 	}
-	c.resumeWrites(at, frames...)
-	// FIX(tests): was count == 1 alone, so a repeated subscribe by a channel's only
-	// subscriber emitted channel_occupied again.
+	b.release(frames...)
+	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && s.wants(cfg.ID, "channel_occupied") {
 		s.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
 	}
@@ -285,9 +281,8 @@ func (c *Conn) unsubscribe(name string) {
 	c.subsMu.Unlock()
 	if ok {
 		c.leave(name, sub)
-		// FIX(tests): the presence user binding used to stay after an unsubscribe, so the
-		// socket table kept the *Conn for ever once the socket closed (cleanup only unbinds
-		// the users of the subscriptions left at that time).
+		// Unbind here: cleanup only unbinds the users of the subscriptions left at close,
+		// so a binding kept after an unsubscribe would pin the *Conn in the socket table.
 		if sub.userID != "" {
 			c.unbindIfUnused(sub.userID)
 		}

@@ -47,7 +47,7 @@ type setup struct {
 	cfg  *config.Config
 	opts Options
 	tls  bool
-	fast bool // serve through FastListener
+	fast bool // serve through FastListener (the default, as in production)
 	// prefixes are mounted besides "" before the server starts
 	prefixes []string
 }
@@ -61,9 +61,13 @@ func withOptions(fn func(*Options)) serverOpt { return func(s *setup) { fn(&s.op
 // withTLS serves over TLS: connections then use the blocking writer (no raw socket).
 func withTLS() serverOpt { return func(s *setup) { s.tls = true } }
 
-// withFastListener serves through FastListener, as cmd/reverbgo does without TLS.
-// PUSHER_TEST_FAST_ACCEPT=1 does so for every plain server of the suite.
+// withFastListener serves through FastListener, as cmd/reverbgo does without TLS. It is the
+// default of every plain server of the suite; tests of the fast path say it explicitly.
 func withFastListener() serverOpt { return func(s *setup) { s.fast = true } }
+
+// withStdListener serves through net/http alone (gorilla upgrades), the path TLS and
+// non-Linux systems take. PUSHER_TEST_FAST_ACCEPT=0 does so for every server of the suite.
+func withStdListener() serverOpt { return func(s *setup) { s.fast = false } }
 
 // withPrefix mounts the routes under p as well.
 func withPrefix(p string) serverOpt { return func(s *setup) { s.prefixes = append(s.prefixes, p) } }
@@ -102,7 +106,7 @@ type tserver struct {
 
 func newServer(t testing.TB, opts ...serverOpt) *tserver {
 	t.Helper()
-	st := &setup{cfg: testConfig(), fast: os.Getenv("PUSHER_TEST_FAST_ACCEPT") == "1"}
+	st := &setup{cfg: testConfig(), fast: os.Getenv("PUSHER_TEST_FAST_ACCEPT") != "0"}
 	st.opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, o := range opts {
 		o(st)
@@ -389,13 +393,17 @@ func (c *client) waitEvent(name, channel string) event {
 	}
 }
 
-// expectNone watches for quietPeriod and fails if a matching frame arrives.
+// expectNone watches for quietPeriod and fails if a matching frame arrives, or if the
+// connection ends: a closed socket receives nothing, so silence from it proves nothing.
 func (c *client) expectNone(name, channel string) {
 	c.t.Helper()
 	deadline := time.Now().Add(quietPeriod)
 	for {
 		ev, ok := c.tryNext(time.Until(deadline))
 		if !ok {
+			if c.isClosed() {
+				c.t.Fatalf("connection ended while watching for no %q on %q: %v", name, channel, c.readErr())
+			}
 			return
 		}
 		if (name == "" || ev.Event == name) && (channel == "" || ev.Channel == channel) {

@@ -165,7 +165,7 @@ func (s *Server) Trigger(ctx context.Context, appID, channel, event string, data
 	if app == nil {
 		return &TriggerError{http.StatusNotFound, "Unknown app"}
 	}
-	ev := triggerEvent{Name: event, Channel: channel, Data: data}
+	ev := triggerEvent{Name: event, Channel: channel, Data: string(data), HasData: true}
 	chans, payload, herr := s.prepare(app, &ev)
 	if herr != nil {
 		return &TriggerError{herr.status, herr.message}

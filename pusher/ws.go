@@ -3,6 +3,7 @@ package pusher
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,6 +20,15 @@ import (
 // the upgrade as pusher:error plus a close frame with the same code, as Pusher does, so
 // pusher-js sees the code and knows whether to reconnect.
 func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) {
+	if headerHasToken(r.Header, "Upgrade", "websocket") && !headerHasToken(r.Header, "Sec-Websocket-Version", "13") {
+		// RFC 6455 §4.2.2: an unsupported (or missing) version is answered with the
+		// versions this server speaks; gorilla would answer 400 without saying which.
+		// Every other bad handshake (a key that is not 16 bytes of base64...) gets
+		// gorilla's 400.
+		w.Header().Set("Sec-WebSocket-Version", "13")
+		http.Error(w, "Unsupported WebSocket version: this server speaks version 13", http.StatusUpgradeRequired)
+		return
+	}
 	app := s.appsKey[appKey]
 	if reason := s.admit(app, r); reason != CloseNone {
 		s.countRefused(app, reason)
@@ -199,20 +209,64 @@ func (c *Conn) readLoop() {
 		return nil
 	})
 
+	var buf []byte
 	for {
-		_, msg, err := c.ws.ReadMessage()
+		msg, err := c.readMessage(buf[:0])
 		if err != nil {
-			if errors.Is(err, websocket.ErrReadLimit) {
+			switch {
+			case errors.Is(err, websocket.ErrReadLimit):
+				// gorilla has sent the 1009 close frame itself
 				c.mu.Lock()
 				if c.reason == CloseNone {
 					c.reason = CloseMessageTooBig
 				}
 				c.mu.Unlock()
+			case errors.Is(err, errInvalidUTF8):
+				c.closeWith(CloseInvalidPayload)
 			}
 			return
 		}
 		c.touch()
 		c.handle(msg)
+		if cap(msg) <= 4<<10 {
+			buf = msg // small messages reuse one buffer; handle keeps no reference
+		} else {
+			buf = nil
+		}
+	}
+}
+
+// errInvalidUTF8 is readMessage's answer to a text message that is not UTF-8.
+var errInvalidUTF8 = errors.New("pusher: text message is not valid UTF-8")
+
+// readMessage reads the next data message into dst, as gorilla's ReadMessage does, but
+// validates a text message as UTF-8 while it arrives: gorilla does not, and RFC 6455 §8.1
+// wants the connection failed (1007) as soon as an invalid byte is seen. gorilla itself
+// enforces the other framing rules (RSV bits, masking, opcodes, control frames,
+// continuation order, close codes) and the read limit, which it checks from the header.
+func (c *Conn) readMessage(dst []byte) ([]byte, error) {
+	op, r, err := c.ws.NextReader()
+	if err != nil {
+		return nil, err
+	}
+	var text utf8Stream
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		piece := dst[len(dst) : len(dst)+n]
+		dst = dst[:len(dst)+n]
+		final := errors.Is(err, io.EOF)
+		if op == websocket.TextMessage && !text.write(piece, final) {
+			return nil, errInvalidUTF8
+		}
+		if final {
+			return dst, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -243,13 +297,16 @@ func (c *Conn) onFrame(op byte, payload []byte) bool {
 	return true
 }
 
-// protocolError answers a violation found by the frame parser, as gorilla does for
-// readLoop: a close frame with the code (1009 for an oversized message), then the socket
-// is dropped.
+// protocolError answers a violation found by the frame parser: a close frame with the
+// code (1002, 1007 for text that is not UTF-8, 1009 for an oversized message), then the
+// socket is dropped once the peer answers or closeGrace passes.
 func (c *Conn) protocolError(code int) {
 	reason := CloseProtocolError
-	if code == closeTooBig {
+	switch code {
+	case closeTooBig:
 		reason = CloseMessageTooBig
+	case closeInvalidPayload:
+		reason = CloseInvalidPayload
 	}
 	c.closeWith(reason)
 }
@@ -380,4 +437,15 @@ func (c *Conn) checkActivity(now int64) {
 		return
 	}
 	c.Send(pingFrame)
+}
+
+// headerHasToken reports whether any of the header's lines lists token (case-insensitive),
+// as gorilla's own handshake checks read them.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		if tokenListContains([]byte(v), token) {
+			return true
+		}
+	}
+	return false
 }

@@ -13,8 +13,9 @@ const (
 
 // Close codes the parser answers protocol violations with (RFC 6455 §7.4.1).
 const (
-	closeProtocolError = 1002
-	closeTooBig        = 1009
+	closeProtocolError  = 1002
+	closeInvalidPayload = 1007
+	closeTooBig         = 1009
 )
 
 // maxControlPayload is the largest payload of a control frame (RFC 6455 §5.5).
@@ -38,10 +39,11 @@ type frameHandler interface {
 // frame is split across reads and msg only while a fragmented message is incomplete, so
 // an idle connection costs nothing but this struct.
 type wsReader struct {
-	partial []byte // the bytes of the frame being received; nil between frames
-	msg     []byte // payload of the fragmented message so far
-	msgOp   byte   // opcode of the fragmented message in progress, 0 if none
-	inMsg   bool   // a fragmented message is in progress
+	partial []byte     // the bytes of the frame being received; nil between frames
+	msg     []byte     // payload of the fragmented message so far
+	msgOp   byte       // opcode of the fragmented message in progress, 0 if none
+	inMsg   bool       // a fragmented message is in progress
+	text    utf8Stream // a fragmented text message's code point cut between fragments
 }
 
 // frameHeader is a decoded frame header.
@@ -133,7 +135,8 @@ func (r *wsReader) parseHeader(b []byte, limit int) (frameHeader, int) {
 
 // feed parses data. It returns 0 when data was consumed (possibly leaving a partial frame
 // buffered), feedStop when the handler stopped it, or a close code for a protocol
-// violation (1002) or an oversized message (1009); after a non-zero result the
+// violation (1002), text that is not UTF-8 (1007) or an oversized message (1009, decided
+// from the header before the payload is buffered); after a non-zero result the
 // connection must end. data is unmasked in place.
 func (r *wsReader) feed(data []byte, limit int, h frameHandler) int {
 	if r.partial != nil {
@@ -203,7 +206,9 @@ func (r *wsReader) feedPartial(data []byte, limit int, h frameHandler) ([]byte, 
 	}
 }
 
-// frame handles one complete frame whose payload is still masked.
+// frame handles one complete frame whose payload is still masked. Text is validated as
+// UTF-8 fragment by fragment, so an invalid byte ends the connection (1007) in the frame
+// that carries it, while a code point split between fragments is fine.
 func (r *wsReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
 	unmask(payload, hdr.mask)
 	op := hdr.op
@@ -213,6 +218,9 @@ func (r *wsReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
 			return closeProtocolError
 		}
 	case op == opContinuation:
+		if r.msgOp == opText && !r.text.write(payload, hdr.fin) {
+			return closeInvalidPayload
+		}
 		r.msg = append(r.msg, payload...)
 		if !hdr.fin {
 			payload = nil
@@ -221,9 +229,16 @@ func (r *wsReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
 		op, payload = r.msgOp, r.msg
 		r.msg, r.msgOp, r.inMsg = nil, 0, false
 	case !hdr.fin: // first fragment of a message
+		if op == opText && !r.text.write(payload, false) {
+			return closeInvalidPayload
+		}
 		r.msg = append(make([]byte, 0, 2*len(payload)+64), payload...)
 		r.msgOp, r.inMsg = op, true
 		op, payload = opContinuation, nil
+	case op == opText:
+		if !utf8.Valid(payload) {
+			return closeInvalidPayload
+		}
 	}
 	if !h.onFrame(op, payload) {
 		return feedStop
@@ -231,11 +246,14 @@ func (r *wsReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
 	return 0
 }
 
-// validClosePayload mirrors gorilla's checks on a received close frame: a status code the
-// peer may send and a UTF-8 reason.
+// validClosePayload checks a received close frame (RFC 6455 §5.5.1, §7.4): no body, or a
+// status code the peer may send followed by a UTF-8 reason.
 func validClosePayload(p []byte) bool {
-	if len(p) < 2 {
+	if len(p) == 0 {
 		return true
+	}
+	if len(p) == 1 {
+		return false // a body must start with a two-byte code
 	}
 	code := int(binary.BigEndian.Uint16(p))
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // parsedFrame is what the parser reported, for comparing runs.
@@ -116,6 +117,20 @@ func TestFrameParser(t *testing.T) {
 		{"control ignores limit", clientFrame(0x80|opPing, []byte("123456"), true), 5, []parsedFrame{{opPing, "123456"}}, 0},
 		{"fragments over limit", cat(clientFrame(opText, []byte("123"), true), clientFrame(0x80|opContinuation, []byte("456"), true)), 5, []parsedFrame{{opContinuation, ""}}, closeTooBig},
 		{"huge over limit", text(huge), 10000, nil, closeTooBig},
+		{"header alone over limit", []byte{0x81, 0xFF, 0, 0, 0, 0, 0x7F, 0, 0, 0, 1, 2, 3, 4}, 10000, nil, closeTooBig},
+		{"close body of one byte", clientFrame(0x80|opClose, []byte{3}, true), 0, nil, closeProtocolError},
+		{"text not utf-8", text("a\xffb"), 0, nil, closeInvalidPayload},
+		{"text surrogate", text("\xed\xa0\x80"), 0, nil, closeInvalidPayload},
+		{"binary not checked", clientFrame(0x80|opBinary, []byte{0xff}, true), 0, []parsedFrame{{opBinary, "\xff"}}, 0},
+		{"code point split across fragments", cat(clientFrame(opText, []byte("h\xe2\x82"), true), clientFrame(0x80|opContinuation, []byte("\xacllo"), true)), 0,
+			[]parsedFrame{{opContinuation, ""}, {opText, "h€llo"}}, 0},
+		{"code point cut at message end", cat(clientFrame(opText, []byte("h\xe2"), true), clientFrame(0x80|opContinuation, []byte("\x82"), true)), 0,
+			[]parsedFrame{{opContinuation, ""}}, closeInvalidPayload},
+		{"bad byte in first fragment is not kept for the end", clientFrame(opText, []byte("\xc0\xaf"), true), 0, nil, closeInvalidPayload},
+		{"bad byte in middle fragment", cat(clientFrame(opText, []byte("ok"), true), clientFrame(opContinuation, []byte("\xff"), true), clientFrame(0x80|opContinuation, []byte("x"), true)), 0,
+			[]parsedFrame{{opContinuation, ""}}, closeInvalidPayload},
+		{"binary fragments not checked", cat(clientFrame(opBinary, []byte{0xe2}, true), clientFrame(0x80|opContinuation, []byte{0xff}, true)), 0,
+			[]parsedFrame{{opContinuation, ""}, {opBinary, "\xe2\xff"}}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,29 +169,50 @@ func TestFrameParserIdleHoldsNothing(t *testing.T) {
 	}
 }
 
-// FuzzFrameParser checks that any stream, in any split, parses the same as when it comes
-// whole, never panics, and never leaves a buffer behind between frames.
+// FuzzFrameParser checks that any stream, cut into pieces of fuzzed sizes, parses the same
+// as when it comes whole, never panics, never reports a text message that is not UTF-8 or
+// a message over the limit, and never leaves a buffer behind between frames.
 func FuzzFrameParser(f *testing.F) {
 	closeOK := binary.BigEndian.AppendUint16(nil, 1000)
-	f.Add(text(`{"parsedFrame":"pusher:subscribe","data":{"channel":"a"}}`), uint8(3), 100)
-	f.Add(cat(clientFrame(opText, []byte("he"), true), clientFrame(0x80|opPing, nil, true), clientFrame(0x80|opContinuation, []byte("llo"), true)), uint8(1), 0)
-	f.Add(text(strings.Repeat("z", 200)), uint8(7), 150)
-	f.Add(clientFrame(0x80|opClose, append(closeOK, "bye"...), true), uint8(2), 0)
-	f.Add(clientFrame(0x80|opText, []byte("a"), false), uint8(1), 0)
-	f.Add([]byte{0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}, uint8(5), 0)
-	f.Fuzz(func(t *testing.T, in []byte, piece uint8, limit int) {
+	f.Add(text(`{"event":"pusher:subscribe","data":{"channel":"a"}}`), []byte{3}, 100)
+	f.Add(cat(clientFrame(opText, []byte("he"), true), clientFrame(0x80|opPing, nil, true), clientFrame(0x80|opContinuation, []byte("llo"), true)), []byte{1, 5, 2}, 0)
+	f.Add(text(strings.Repeat("z", 200)), []byte{7, 130}, 150)
+	f.Add(clientFrame(0x80|opClose, append(closeOK, "bye"...), true), []byte{2}, 0)
+	f.Add(clientFrame(0x80|opText, []byte("a"), false), []byte{1}, 0)
+	f.Add([]byte{0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}, []byte{5}, 0)
+	f.Add(cat(clientFrame(opText, []byte("h\xe2\x82"), true), clientFrame(0x80|opContinuation, []byte("\xacllo"), true)), []byte{4, 1, 1}, 0)
+	f.Add(cat(clientFrame(opText, []byte("ok"), true), clientFrame(0x80|opContinuation, []byte("\xed\xa0\x80"), true)), []byte{9}, 0)
+	f.Add(cat(text("€"), clientFrame(0x80|opBinary, []byte{0xff}, true), clientFrame(0x80|opPong, nil, true)), []byte{1, 2, 3}, 64)
+	f.Fuzz(func(t *testing.T, in []byte, cuts []byte, limit int) {
 		if limit < 0 || limit > 1<<20 {
 			limit = 1 << 20 // keep the fuzzer's allocations bounded
 		}
+		pieces := make([]int, 0, len(cuts))
+		for _, c := range cuts {
+			pieces = append(pieces, int(c)+1)
+		}
+		if len(pieces) == 0 {
+			pieces = []int{1}
+		}
 		wantEv, wantRes := run(in, limit, nil)
-		gotEv, gotRes := run(in, limit, []int{int(piece%16) + 1})
+		gotEv, gotRes := run(in, limit, pieces)
 		if fmt.Sprint(gotEv, gotRes) != fmt.Sprint(wantEv, wantRes) {
-			t.Fatalf("split by %d: %v %d, whole: %v %d", piece%16+1, gotEv, gotRes, wantEv, wantRes)
+			t.Fatalf("in pieces %v: %v %d, whole: %v %d", pieces, gotEv, gotRes, wantEv, wantRes)
 		}
 		for _, e := range gotEv {
 			if (e.op == opText || e.op == opBinary) && limit > 0 && len(e.payload) > limit {
 				t.Fatalf("message of %d bytes passed limit %d", len(e.payload), limit)
 			}
+			if e.op == opText && !utf8.ValidString(e.payload) {
+				t.Fatalf("text message not UTF-8 passed: %q", e.payload)
+			}
+		}
+		// Whatever came before, a parser that consumed everything without error holds no
+		// frame buffer once the input ends on a frame boundary it has handled.
+		var r wsReader
+		data := append([]byte(nil), in...)
+		if r.feed(data, limit, &frameRecorder{}) == 0 && r.partial == nil && !r.inMsg && (r.msg != nil || r.text.n != 0) {
+			t.Fatalf("idle parser holds a message buffer: %+v", r)
 		}
 	})
 }

@@ -32,3 +32,19 @@ fi
 # makes a hang fail the run instead of stalling CI.
 REVERBGO_BIN="$(cd .. && pwd)/bin/reverbgo" timeout --kill-after=10 900 \
   node --test --test-force-exit --test-timeout=120000 --test-concurrency=1 test/
+
+# The Echo tests once more against two nodes with scaling on, sharing one Redis
+# (e2e/lib/server.js startTwoNodes): Echo clients, sockets and the HTTP API land on different
+# nodes. .ci/run starts the redis-server; with CI=true its absence fails the run.
+echo "== end-to-end, Echo tests on two nodes (scaling on)"
+if [ -n "${REVERBGO_TEST_REDIS_URL:-}" ]; then
+  # shellcheck disable=SC2046 # the file list is one word per file
+  E2E_NODES=2 REVERBGO_BIN="$(cd .. && pwd)/bin/reverbgo" timeout --kill-after=10 600 \
+    node --test --test-force-exit --test-timeout=120000 --test-concurrency=1 --test-name-pattern='Echo' \
+    $(grep -l 'echoClient' test/*.test.js)
+elif [ "${CI:-}" = true ]; then
+  echo "CI=true but REVERBGO_TEST_REDIS_URL is not set: the two-node Echo run cannot be skipped" >&2
+  exit 1
+else
+  echo "REVERBGO_TEST_REDIS_URL not set: two-node Echo run skipped"
+fi

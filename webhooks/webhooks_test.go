@@ -164,9 +164,12 @@ func TestRetry(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rcv := newReceiver(t, tc.status)
-			d := start(t, testOptions(&syncBuffer{}), app("1", "k", "s", hook(rcv.srv.URL)))
+			opts := testOptions(&syncBuffer{})
+			d := start(t, opts, app("1", "k", "s", hook(rcv.srv.URL)))
 			d.Emit("1", ev("member_added", "a"))
 			eventually(t, "delivered", func() bool { return d.Stats().Sent == 1 })
+			// A wrong retry after the 2xx would wait a backoff first: watch for several of them.
+			time.Sleep(noRetryWindow(opts))
 
 			all := rcv.deliveries()
 			if len(all) != tc.failures+1 {
@@ -198,7 +201,7 @@ func TestRetry(t *testing.T) {
 
 		l2, err := net.Listen("tcp", addr)
 		if err != nil {
-			t.Skipf("cannot listen again on %s: %v", addr, err)
+			t.Fatalf("cannot listen again on %s: %v", addr, err) // a skip would hide the case
 		}
 		rcv := &receiver{t: t, arrived: make(chan struct{}, 100)}
 		rcv.srv = httptest.NewUnstartedServer(http.HandlerFunc(rcv.serve))
@@ -247,6 +250,7 @@ func TestGiveUp(t *testing.T) {
 	healthy.Store(true)
 	d.Emit("1", ev("member_added", "next"))
 	eventually(t, "next delivered", func() bool { return d.Stats().Sent == 1 })
+	time.Sleep(noRetryWindow(opts)) // a dropped batch retried anyway would show up here
 	if got := rcv.eventNames(); !slices.Equal(got, []string{"next"}) {
 		t.Errorf("delivered %v", got)
 	}
@@ -495,4 +499,15 @@ func TestEmitCopies(t *testing.T) {
 	if got := rcv.eventNames(); !slices.Equal(got, []string{"before"}) {
 		t.Errorf("delivered %v", got)
 	}
+}
+
+// noRetryWindow is how long a test watches for a retry that must not happen: longer than
+// the first backoffs a retry would wait (FirstRetry, then double, with jitter), so a wrong
+// retry cannot slip past it.
+func noRetryWindow(o Options) time.Duration {
+	w := 8 * o.FirstRetry // FirstRetry + 2x + 4x < 8x
+	if w < 50*time.Millisecond {
+		w = 50 * time.Millisecond
+	}
+	return w
 }

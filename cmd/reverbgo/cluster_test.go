@@ -22,6 +22,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testenv"
 )
 
 const (
@@ -214,7 +215,7 @@ func apiGet(t *testing.T, nd *testNode, path, query string) string {
 func redisURLs(t *testing.T) map[string]string {
 	mr := miniredis.RunT(t)
 	urls := map[string]string{"miniredis": "redis://" + mr.Addr() + "/0"}
-	if u := os.Getenv("REVERBGO_TEST_REDIS_URL"); u != "" {
+	if u := testenv.RedisURL(t); u != "" {
 		urls["redis"] = u
 	} else {
 		t.Log("REVERBGO_TEST_REDIS_URL not set: real-Redis case skipped")

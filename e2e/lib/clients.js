@@ -4,6 +4,7 @@
 const PusherServer = require('pusher');
 const Pusher = require('pusher-js');
 const { WAIT_MS, QUIET_MS, sleep, deadline } = require('./util');
+const { pick } = require('./server');
 
 // Harness-only workaround for a client-library leak, not a protocol change: the WebSocket
 // class bundled in pusher-js's Node build (faye-websocket) arms a 30 s fallback timer in close()
@@ -26,17 +27,18 @@ const { WAIT_MS, QUIET_MS, sleep, deadline } = require('./util');
  * /apps/... in the URL but not into the signed path (Pusher signs the path without it).
  */
 function sdk(server, app = server.app, extra = {}) {
+  const node = pick(server); // with two nodes, each SDK client talks to one in turn
   const client = new PusherServer({
     appId: app.app_id,
     key: app.key,
     secret: app.secret,
-    host: server.host,
-    port: String(server.port),
+    host: node.host,
+    port: String(node.port),
     useTLS: Boolean(server.tls),
     timeout: WAIT_MS,
     ...extra,
   });
-  const base = `${server.tls ? 'https' : 'http'}://${server.host}:${server.port}${server.prefix || ''}`;
+  const base = `${server.tls ? 'https' : 'http'}://${node.host}:${node.port}${server.prefix || ''}`;
   client.config.getBaseURL = () => base;
   return client;
 }
@@ -69,11 +71,12 @@ async function apiGet(client, path, params) {
 
 /** Options pusher-js needs to reach the test server (ws, or wss when it serves TLS). */
 function socketOptions(server) {
+  const node = pick(server); // with two nodes, each client connects to one in turn
   return {
     cluster: 'mt1', // required by pusher-js 8, unused because wsHost is set
-    wsHost: server.host,
-    wsPort: server.port,
-    wssPort: server.port,
+    wsHost: node.host,
+    wsPort: node.port,
+    wssPort: node.port,
     wsPath: server.prefix || '',
     forceTLS: Boolean(server.tls),
     enabledTransports: ['ws'], // pusher-js's WebSocket transport is named "ws" for wss:// too

@@ -6,6 +6,7 @@
 //   body_md5 when there is a body, and any other query params), HMAC-SHA256 hex with the secret.
 const crypto = require('node:crypto');
 const { WAIT_MS } = require('./util');
+const { pick } = require('./server');
 
 const md5 = (s) => crypto.createHash('md5').update(s).digest('hex');
 const hmac = (secret, s) => crypto.createHmac('sha256', secret).update(s).digest('hex');
@@ -32,7 +33,8 @@ async function rawApi(server, { app = server.app, method = 'GET', path, params =
     .map((k) => `${k}=${q[k]}`)
     .join('&');
   const signature = sign.signature ?? hmac(sign.secret ?? app.secret, `${method}\n${sign.signedPath ?? apiPath}\n${query}`);
-  const url = `${server.tls ? "https" : "http"}://${server.host}:${server.port}${server.prefix || ''}${apiPath}?${query}&auth_signature=${signature}`;
+  const node = pick(server);
+  const url = `${server.tls ? "https" : "http"}://${node.host}:${node.port}${server.prefix || ''}${apiPath}?${query}&auth_signature=${signature}`;
   const res = await fetch(url, {
     method,
     headers: text ? { 'content-type': 'application/json' } : {},

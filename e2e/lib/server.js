@@ -68,12 +68,67 @@ async function waitUp(url, ms) {
  * url/wsUrl use https/wss when server.tls.cert is set.
  */
 async function startServer(opts = {}) {
+  if (twoNodes(opts)) return startTwoNodes(opts);
+  return startNode(opts);
+}
+
+/**
+ * E2E_NODES=2 (scripts/test.sh sets it for its second run of the Echo tests): a plain
+ * startServer starts two nodes with scaling on, sharing the Redis of REVERBGO_TEST_REDIS_URL
+ * under a pub/sub prefix of their own. The returned object is node A (so server.port,
+ * logs(), stop() work as usual, stop() stopping both) with server.nodes = [A, B]; the client
+ * helpers (clients.js, wire.js, rawapi.js) take each new client's node from pick(server),
+ * alternately, so sockets, Echo clients and the HTTP API land on different nodes. Servers
+ * started with their own config, CLI args, environment, port or TLS stay single.
+ */
+function twoNodes(opts) {
+  if (process.env.E2E_NODES !== '2') return false;
+  if (opts.config || opts.args || opts.env || opts.port || opts.nodes === 1) return false;
+  const srv = opts.server || {};
+  return !srv.tls && !srv.port;
+}
+
+async function startTwoNodes(opts) {
+  const url = process.env.REVERBGO_TEST_REDIS_URL;
+  if (!url) throw new Error('E2E_NODES=2 needs REVERBGO_TEST_REDIS_URL (a redis-server both nodes share)');
+  const scaling = { enabled: true, redis_url: url, channel: `e2e-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}` };
+  const a = await startNode({ ...opts, scalingConfig: scaling });
+  let b;
+  try {
+    b = await startNode({ ...opts, scalingConfig: scaling });
+  } catch (err) {
+    await a.stop();
+    throw err;
+  }
+  const stopA = a.stop;
+  let next = 0;
+  return Object.assign(a, {
+    nodes: [a, b],
+    nextNode: () => [a, b][next++ % 2],
+    logs: () => `--- node A\n${a.logsOf()}\n--- node B\n${b.logsOf()}`,
+    async stop(signal) {
+      const [ra] = await Promise.all([stopA(signal), b.stop(signal)]);
+      return ra;
+    },
+  });
+}
+
+/**
+ * pick(server): where the next client connects. The server itself, or with two nodes each
+ * node in turn. Returns {host, port, url, wsUrl, prefix, tls}.
+ */
+function pick(server) {
+  return server && server.nextNode ? server.nextNode() : server;
+}
+
+async function startNode(opts = {}) {
   // opts.port: where the server is expected to listen when args/env override the file's port.
   const filePort = (opts.server && opts.server.port) || (await freePort());
   const port = opts.port || filePort;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'reverbgo-e2e-'));
   const apps = opts.apps || defaultApps();
   const config = opts.config || { server: { host: '127.0.0.1', ...(opts.server || {}), port: filePort }, apps };
+  if (opts.scalingConfig) config.scaling = opts.scalingConfig;
   const file = path.join(dir, 'config.yaml');
   fs.writeFileSync(file, yaml(config));
   const args = ['start', '--config', file, ...(opts.args || [])];
@@ -106,6 +161,7 @@ async function startServer(opts = {}) {
     proc,
     exited,
     logs: () => out,
+    logsOf: () => out,
     async stop(signal = 'SIGTERM') {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
       const timer = setTimeout(() => proc.kill('SIGKILL'), 15000);
@@ -150,4 +206,4 @@ function writeConfig(config) {
   return { file, dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
 }
 
-module.exports = { startServer, freePort, runBinary, writeConfig, waitUp, childEnv, BIN };
+module.exports = { startServer, pick, freePort, runBinary, writeConfig, waitUp, childEnv, BIN };

@@ -4,6 +4,7 @@
 // one write, fragmented messages, interleaved control frames and deliberate protocol
 // violations that a real client library refuses to produce.
 const net = require('node:net');
+const tls = require('node:tls');
 const crypto = require('node:crypto');
 const { WAIT_MS, deadline, sleep } = require('./util');
 
@@ -59,15 +60,43 @@ class TcpWs {
     sock.on('error', () => {});
   }
 
-  /** Connects and completes the opening handshake; resolves once the 101 is read. */
-  static async connect(server, { key = server.app.key, query = 'protocol=7&client=js&version=8.6.0' } = {}) {
-    const sock = net.connect(server.port, server.host);
+  /** Opens a TCP connection (TLS when the server serves it; its certificate is not checked). */
+  static async socket(server) {
+    const sock = server.tls
+      ? tls.connect({ port: server.port, host: server.host, rejectUnauthorized: false })
+      : net.connect(server.port, server.host);
     sock.setNoDelay(true);
-    const client = new TcpWs(sock);
     await deadline(new Promise((resolve, reject) => {
-      sock.once('connect', resolve);
+      sock.once(server.tls ? 'secureConnect' : 'connect', resolve);
       sock.once('error', reject);
     }), WAIT_MS, 'TCP connect');
+    return sock;
+  }
+
+  /** Sends a raw HTTP request head and resolves with the response head (status line and headers). */
+  static async handshake(server, headers, { key = server.app.key } = {}) {
+    const sock = await TcpWs.socket(server);
+    sock.on('error', () => {});
+    sock.write(`GET ${server.prefix || ''}/app/${key}?protocol=7 HTTP/1.1\r\nHost: ${server.host}:${server.port}\r\n${headers}\r\n`);
+    try {
+      return await deadline(new Promise((resolve, reject) => {
+        let acc = Buffer.alloc(0);
+        sock.on('data', (chunk) => {
+          acc = Buffer.concat([acc, chunk]);
+          const end = acc.indexOf('\r\n\r\n');
+          if (end !== -1) resolve(acc.subarray(0, end).toString());
+        });
+        sock.once('close', () => reject(new Error('closed during handshake')));
+      }), WAIT_MS, 'HTTP response');
+    } finally {
+      sock.destroy();
+    }
+  }
+
+  /** Connects and completes the opening handshake; resolves once the 101 is read. */
+  static async connect(server, { key = server.app.key, query = 'protocol=7&client=js&version=8.6.0' } = {}) {
+    const sock = await TcpWs.socket(server);
+    const client = new TcpWs(sock);
     const wsKey = crypto.randomBytes(16).toString('base64');
     sock.write(
       `GET ${server.prefix || ''}/app/${key}?${query} HTTP/1.1\r\nHost: ${server.host}:${server.port}\r\n` +

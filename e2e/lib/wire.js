@@ -4,7 +4,8 @@
 // is a JSON string), close codes and control frames are recorded.
 const WebSocket = require('ws');
 const PusherServer = require('pusher');
-const { WAIT_MS, QUIET_MS, sleep, deadline } = require('./util');
+const { WAIT_MS, QUIET_MS, deadline } = require('./util');
+const { pick } = require('./server');
 
 const DEFAULT_QUERY = 'protocol=7&client=js&version=8.6.0&flash=false';
 
@@ -87,7 +88,7 @@ class Wire {
     const app = opts.app || server.app;
     const key = opts.key ?? app.key;
     const query = opts.query ?? DEFAULT_QUERY;
-    const url = opts.url || `${server.wsUrl}/app/${encodeURIComponent(key)}${query ? `?${query}` : ''}`;
+    const url = opts.url || `${pick(server).wsUrl}/app/${encodeURIComponent(key)}${query ? `?${query}` : ''}`;
     const wsOpts = { handshakeTimeout: WAIT_MS, headers: opts.headers || {}, autoPong: opts.autoPong ?? true };
     if (server.tls) wsOpts.rejectUnauthorized = false; // the TLS tests use a throwaway self-signed cert
     if (opts.origin) wsOpts.origin = opts.origin;
@@ -154,9 +155,21 @@ class Wire {
     return this.frames.map((f) => f.text).slice(-10).join('\n  ') || '(none)';
   }
 
-  /** Resolves with the frames matching m that arrive within a quiet window (expected: none). */
+  /**
+   * Resolves with the frames matching m that arrive within a quiet window (expected: none).
+   * Rejects if the socket is or becomes closed: a closed socket receives nothing, so its
+   * silence would prove nothing.
+   */
   async none(m, ms = QUIET_MS) {
-    await sleep(ms);
+    let timer;
+    const quiet = new Promise((resolve) => {
+      timer = setTimeout(resolve, ms);
+    });
+    await Promise.race([quiet, this.closed]);
+    clearTimeout(timer);
+    if (this.closeCode !== null) {
+      throw new Error(`socket closed (${this.closeCode} ${this.closeReason}) while watching for no ${describe(m)}; frames:\n  ${this._recent()}`);
+    }
     return this.inbox.filter(matcher(m));
   }
 

@@ -1,0 +1,149 @@
+// Package apisign is the one request-signing middleware of every signed API of the server:
+// the Pusher HTTP API (pusher/) and the Toolmark bridge's app API (bridge/). Both speak the
+// Pusher signature scheme (auth/ holds the pure verification); this package is where the
+// order of the checks, the body bound and the path handling live, so the two surfaces cannot
+// drift apart again.
+//
+// Order, cheapest and least revealing first:
+//
+//  1. the app id of the route resolves to an app (404 "Unknown app");
+//  2. the query signature holds: auth_key, timestamp window, HMAC in constant time
+//     (401) — before one byte of the body is read, so an unauthenticated caller cannot make
+//     the server buffer anything;
+//  3. the body is read through http.MaxBytesReader with the route's limit (413 when over);
+//  4. body_md5 matches the body (401, as Pusher and the protocol decision say).
+//
+// Every refusal is {"error": "<reason>"} with a real HTTP status.
+package apisign
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/reverbgo/reverbgo/auth"
+)
+
+// Context keys under which the middleware leaves the resolved app and the verified body.
+const (
+	ctxApp  = "apisign.app"
+	ctxBody = "apisign.body"
+)
+
+// Credentials are what verification needs of an app.
+type Credentials struct {
+	Key    string
+	Secret string
+}
+
+// Config describes one signed route set.
+type Config struct {
+	// Prefix is the path prefix the routes are mounted under ("" or "/reverb"). SDKs sign
+	// the path without it, so it is stripped before verifying.
+	Prefix string
+	// Param names the route parameter that holds the app id ("app_id", "app").
+	Param string
+	// Lookup resolves an app id. app is left in the context for the handler (App(c));
+	// ok=false answers 404.
+	Lookup func(id string) (app any, cred Credentials, ok bool)
+	// MaxBody bounds the body in bytes; one byte more answers 413. It must be > 0.
+	MaxBody int64
+	// Now is the clock of the timestamp window (time.Now when nil).
+	Now func() time.Time
+}
+
+// Middleware returns the echo middleware that authenticates every request of a route set
+// configured by cfg. The handler reads the app with App(c) and the body with Body(c).
+func Middleware(cfg Config) echo.MiddlewareFunc {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxBody <= 0 {
+		panic("apisign: MaxBody must be > 0")
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			app, cred, ok := cfg.Lookup(c.Param(cfg.Param))
+			if !ok {
+				return refuse(c, http.StatusNotFound, "Unknown app")
+			}
+			r := c.Request()
+			query := r.URL.Query()
+			path, ok := SignedPath(r, cfg.Prefix)
+			if !ok {
+				return refuse(c, http.StatusUnauthorized, "Invalid signature")
+			}
+			if err := auth.VerifyQuery(r.Method, path, query, cred.Key, cred.Secret, cfg.Now()); err != nil {
+				return refuse(c, http.StatusUnauthorized, err.Error())
+			}
+			body, status, msg := readBody(c, cfg.MaxBody)
+			if status != 0 {
+				return refuse(c, status, msg)
+			}
+			if err := auth.VerifyBody(query, body); err != nil {
+				return refuse(c, http.StatusUnauthorized, err.Error())
+			}
+			c.Set(ctxApp, app)
+			c.Set(ctxBody, body)
+			return next(c)
+		}
+	}
+}
+
+// SignedPath is the path an SDK signed: the request path as it came on the wire (escaped
+// form, so a client that percent-encodes a channel name and signs what it sent is matched
+// byte for byte) without the configured prefix. ok is false when the path does not start
+// with the prefix, which only a request routed by mistake can do.
+func SignedPath(r *http.Request, prefix string) (string, bool) {
+	p := r.URL.EscapedPath()
+	if prefix == "" {
+		return p, true
+	}
+	if !strings.HasPrefix(p, prefix) {
+		return "", false
+	}
+	return p[len(prefix):], true
+}
+
+// readBody reads the authenticated body through http.MaxBytesReader. A Content-Length over
+// the limit is refused before reading; otherwise the buffer is sized once from it.
+func readBody(c echo.Context, limit int64) ([]byte, int, string) {
+	r := c.Request()
+	if r.ContentLength > limit {
+		return nil, http.StatusRequestEntityTooLarge, "Request body is too large"
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, 0, ""
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(c.Response(), r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, http.StatusRequestEntityTooLarge, "Request body is too large"
+	case err != nil && !errors.Is(err, io.EOF):
+		return nil, http.StatusBadRequest, "Could not read the request body"
+	}
+	return buf.Bytes(), 0, ""
+}
+
+func refuse(c echo.Context, status int, msg string) error {
+	return c.JSON(status, map[string]string{"error": msg})
+}
+
+// App is the app the middleware resolved for this request (what Config.Lookup returned).
+func App(c echo.Context) any { return c.Get(ctxApp) }
+
+// Body is the verified request body (nil when empty).
+func Body(c echo.Context) []byte {
+	b, _ := c.Get(ctxBody).([]byte)
+	return b
+}

@@ -1,0 +1,116 @@
+package apisign
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/reverbgo/reverbgo/auth"
+)
+
+var now = time.Unix(1_700_000_000, 0)
+
+func newEcho(t *testing.T, prefix string, limit int64) *echo.Echo {
+	t.Helper()
+	e := echo.New()
+	mw := Middleware(Config{
+		Prefix: prefix, Param: "id", MaxBody: limit, Now: func() time.Time { return now },
+		Lookup: func(id string) (any, Credentials, bool) {
+			if id != "7" {
+				return nil, Credentials{}, false
+			}
+			return "app-7", Credentials{Key: "k", Secret: "s"}, true
+		},
+	})
+	e.POST(prefix+"/apps/:id/channels/:ch", func(c echo.Context) error {
+		return c.String(200, App(c).(string)+":"+string(Body(c)))
+	}, mw)
+	return e
+}
+
+// spyBody records whether the middleware read it, and fails every read.
+type spyBody struct{ reads atomic.Int32 }
+
+func (s *spyBody) Read([]byte) (int, error) { s.reads.Add(1); return 0, errors.New("read refused") }
+func (s *spyBody) Close() error             { return nil }
+
+// An unauthenticated request is answered without reading one byte of its body.
+func TestBodyNotReadBeforeSignature(t *testing.T) {
+	e := newEcho(t, "", 1<<20)
+	for name, query := range map[string]string{
+		"unsigned":      "",
+		"bad signature": strings.Replace(auth.SignRequest("POST", "/apps/7/channels/c", nil, []byte("x"), "k", "s", now).Encode(), "auth_signature=", "auth_signature=0", 1),
+		"expired":       auth.SignRequest("POST", "/apps/7/channels/c", nil, []byte("x"), "k", "s", now.Add(-time.Hour)).Encode(),
+	} {
+		body := &spyBody{}
+		req := httptest.NewRequest("POST", "/apps/7/channels/c?"+query, nil)
+		req.Body, req.ContentLength = body, 1<<20
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		if rec.Code != 401 || body.reads.Load() != 0 {
+			t.Errorf("%s: status %d after %d reads, want 401 after none", name, rec.Code, body.reads.Load())
+		}
+	}
+}
+
+func TestStatuses(t *testing.T) {
+	signed := func(path string, body string) string {
+		return path + "?" + auth.SignRequest("POST", path, nil, []byte(body), "k", "s", now).Encode()
+	}
+	for _, tc := range []struct {
+		name, prefix, target string
+		body                 io.Reader
+		want                 int
+		wantBody             string
+	}{
+		{"ok", "", signed("/apps/7/channels/c", "hi"), strings.NewReader("hi"), 200, "app-7:hi"},
+		{"ok under prefix", "/p", "/p" + signed("/apps/7/channels/c", "hi"), strings.NewReader("hi"), 200, "app-7:hi"},
+		// The path is verified as sent: a percent-encoded channel is signed encoded.
+		{"escaped path", "", signed("/apps/7/channels/a%40b", "hi"), strings.NewReader("hi"), 200, "app-7:hi"},
+		{"escaped path signed decoded", "", "/apps/7/channels/a%40b?" + auth.SignRequest("POST", "/apps/7/channels/a@b", nil, []byte("hi"), "k", "s", now).Encode(), strings.NewReader("hi"), 401, ""},
+		{"unknown app", "", signed("/apps/8/channels/c", "hi"), strings.NewReader("hi"), 404, ""},
+		{"unreadable body", "", signed("/apps/7/channels/c", "hi"), io.MultiReader(strings.NewReader("h"), errReader{}), 400, ""},
+		{"over the limit", "", signed("/apps/7/channels/c", strings.Repeat("a", 11)), strings.NewReader(strings.Repeat("a", 11)), 413, ""},
+		{"at the limit", "", signed("/apps/7/channels/c", strings.Repeat("a", 10)), strings.NewReader(strings.Repeat("a", 10)), 200, "app-7:" + strings.Repeat("a", 10)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEcho(t, tc.prefix, 10)
+			req := httptest.NewRequest("POST", tc.target, tc.body)
+			req.ContentLength = -1 // read to the end, as a chunked body is
+			rec := httptest.NewRecorder()
+			e.ServeHTTP(rec, req)
+			if rec.Code != tc.want || (tc.wantBody != "" && rec.Body.String() != tc.wantBody) {
+				t.Fatalf("%d %s, want %d %s", rec.Code, rec.Body, tc.want, tc.wantBody)
+			}
+		})
+	}
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
+func TestSignedPath(t *testing.T) {
+	for _, tc := range []struct {
+		url, prefix, want string
+		ok                bool
+	}{
+		{"/apps/1/events", "", "/apps/1/events", true},
+		{"/reverb/apps/1/events", "/reverb", "/apps/1/events", true},
+		{"/apps/1/events", "/reverb", "", false},
+		{"/apps/1/channels/a%2Fb", "", "/apps/1/channels/a%2Fb", true},
+	} {
+		r, _ := http.NewRequest("GET", "http://x"+tc.url, nil)
+		got, ok := SignedPath(r, tc.prefix)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("SignedPath(%q, %q) = %q %v, want %q %v", tc.url, tc.prefix, got, ok, tc.want, tc.ok)
+		}
+	}
+}

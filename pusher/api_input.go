@@ -1,0 +1,133 @@
+package pusher
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// maxSocketIDLength bounds socket_id before the pattern runs: two uint64s and a dot.
+const maxSocketIDLength = 41
+
+// rawEvent is an event of POST /events or of a batch as it came, each field still JSON, so
+// that a value of the wrong type is refused with a message naming the field rather than
+// decoding's generic error.
+type rawEvent struct {
+	Name     json.RawMessage `json:"name"`
+	Data     json.RawMessage `json:"data"`
+	Channels json.RawMessage `json:"channels"`
+	Channel  json.RawMessage `json:"channel"`
+	SocketID json.RawMessage `json:"socket_id"`
+	Info     json.RawMessage `json:"info"`
+}
+
+// badField is the 400 for a field of the wrong type; at prefixes it in a batch ("batch[2]: ").
+func badField(at, field, want string) *httpError {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf("%s%s must be %s", at, field, want)}
+}
+
+// absent reports whether a JSON value is missing or null, which optional fields accept.
+func absent(raw json.RawMessage) bool {
+	d := bytes.TrimSpace(raw)
+	return len(d) == 0 || string(d) == "null"
+}
+
+// jsonString decodes raw as a JSON string; ok is false for any other JSON type.
+func jsonString(raw json.RawMessage) (string, bool) {
+	d := bytes.TrimSpace(raw)
+	if len(d) == 0 || d[0] != '"' {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(d, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// event checks the JSON type of every field and returns the typed event. Optional fields
+// (channels, channel, socket_id, info) may be absent or null; name and data are required
+// (their other checks are prepare's).
+func (r *rawEvent) event(at string) (*triggerEvent, *httpError) {
+	ev := &triggerEvent{}
+	var ok bool
+	if !absent(r.Name) {
+		if ev.Name, ok = jsonString(r.Name); !ok {
+			return nil, badField(at, "name", "a string")
+		}
+	}
+	if !absent(r.Data) {
+		if ev.Data, ok = jsonString(r.Data); !ok {
+			return nil, badField(at, "data", "a string (JSON-encode objects first, as every SDK does)")
+		}
+		ev.HasData = true
+	}
+	if !absent(r.Channels) {
+		var items []json.RawMessage
+		if bytes.TrimSpace(r.Channels)[0] != '[' || json.Unmarshal(r.Channels, &items) != nil {
+			return nil, badField(at, "channels", "an array of strings")
+		}
+		ev.Channels = make([]string, len(items))
+		for i, item := range items {
+			if ev.Channels[i], ok = jsonString(item); !ok {
+				return nil, badField(at, "channels", "an array of strings")
+			}
+		}
+	}
+	if !absent(r.Channel) {
+		if ev.Channel, ok = jsonString(r.Channel); !ok {
+			return nil, badField(at, "channel", "a string")
+		}
+	}
+	if !absent(r.SocketID) {
+		ev.SocketID, ok = jsonString(r.SocketID)
+		if !ok || len(ev.SocketID) > maxSocketIDLength || !socketIDPattern.MatchString(ev.SocketID) {
+			return nil, badField(at, "socket_id", `a socket id (a string matching ^\d+\.\d+$)`)
+		}
+	}
+	if !absent(r.Info) {
+		if ev.Info, ok = jsonString(r.Info); !ok {
+			return nil, badField(at, "info", `a string ("user_count,subscription_count")`)
+		}
+	}
+	return ev, nil
+}
+
+// decodeEvent decodes the body of POST /events.
+func decodeEvent(body []byte) (*triggerEvent, *httpError) {
+	var r rawEvent
+	if err := decodeJSON(body, &r); err != nil {
+		return nil, &httpError{http.StatusBadRequest, "Body must be a JSON event object"}
+	}
+	return r.event("")
+}
+
+// decodeBatch decodes the body of POST /batch_events.
+func decodeBatch(body []byte) ([]*triggerEvent, *httpError) {
+	var req struct {
+		Batch json.RawMessage `json:"batch"`
+	}
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, &httpError{http.StatusBadRequest, "Body must be {\"batch\": [...]}"}
+	}
+	var items []json.RawMessage
+	if absent(req.Batch) || bytes.TrimSpace(req.Batch)[0] != '[' || json.Unmarshal(req.Batch, &items) != nil {
+		return nil, &httpError{http.StatusBadRequest, "batch must be an array of event objects"}
+	}
+	out := make([]*triggerEvent, len(items))
+	for i, item := range items {
+		at := fmt.Sprintf("batch[%d]: ", i)
+		d := bytes.TrimSpace(item)
+		var r rawEvent
+		if len(d) == 0 || d[0] != '{' || json.Unmarshal(d, &r) != nil {
+			return nil, &httpError{http.StatusBadRequest, at + "each batch item must be an event object"}
+		}
+		ev, herr := r.event(at)
+		if herr != nil {
+			return nil, herr
+		}
+		out[i] = ev
+	}
+	return out, nil
+}

@@ -1,0 +1,325 @@
+package pusher
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reverbgo/reverbgo/channels"
+)
+
+// serverFrame is one frame as a strict client reads it.
+type serverFrame struct {
+	op      byte
+	payload []byte
+}
+
+// readServerFrame reads one server-to-client frame and rejects anything RFC 6455 forbids a
+// server to send: RSV bits, a mask, a fragment, an unknown opcode, a control frame over 125
+// bytes. A frame boundary lost in the stream shows up as one of these or as bad JSON.
+func readServerFrame(r *bufio.Reader) (serverFrame, error) {
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return serverFrame{}, err
+	}
+	if h[0]&0x80 == 0 || h[0]&0x70 != 0 || h[1]&0x80 != 0 {
+		return serverFrame{}, fmt.Errorf("bad frame header %#x %#x", h[0], h[1])
+	}
+	op := h[0] & 0x0F
+	switch op {
+	case opText, opClose, opPing, opPong:
+	default:
+		return serverFrame{}, fmt.Errorf("bad opcode %#x", op)
+	}
+	n := uint64(h[1] & 0x7F)
+	switch n {
+	case 126:
+		var b [2]byte
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			return serverFrame{}, err
+		}
+		n = uint64(binary.BigEndian.Uint16(b[:]))
+	case 127:
+		var b [8]byte
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			return serverFrame{}, err
+		}
+		n = binary.BigEndian.Uint64(b[:])
+	}
+	if n > 64<<20 || (op >= opClose && n > maxControlPayload) {
+		return serverFrame{}, fmt.Errorf("bad length %d for opcode %#x", n, op)
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return serverFrame{}, err
+	}
+	return serverFrame{op: op, payload: p}, nil
+}
+
+// slowReader reads a raw socket in small pieces with pauses, so the server's socket buffer
+// stays full and its writer keeps meeting partial writes.
+type slowReader struct {
+	r     io.Reader
+	piece int
+	pause time.Duration
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	time.Sleep(s.pause)
+	return s.r.Read(p[:min(len(p), s.piece)])
+}
+
+// A client whose socket is full (large broadcasts, a slow link) subscribes to channel after
+// channel while the writer is in the middle of partial writes: every frame must still parse
+// and each channel's subscription_succeeded must precede that channel's events. The old
+// queue, which inserted subscription_succeeded at an index remembered before a partial
+// write put its remainder back at the front, cut frames in half here.
+func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
+	// The interleaving, made deterministic: a 1 MiB broadcast leaves the writer with a
+	// remainder (t=0) and the writer holds it 30 ms before taking the lock again; the
+	// presence subscribe sent at t=1 ms reads the member list (20 ms, as a slow Redis), so
+	// it begins holding frames back at about t=21 ms and lets subscription_succeeded go at
+	// about t=41 ms, after the writer dealt with its remainder.
+	testHookPartialWrite = func() { time.Sleep(30 * time.Millisecond) }
+	t.Cleanup(func() { testHookPartialWrite = nil })
+	store := &slowPresence{PresenceStore: channels.NewMemoryPresence(), delay: 20 * time.Millisecond}
+	reg := channels.NewRegistry(channels.Options{Presence: store})
+	ts := newServer(t, withOptions(func(o *Options) { o.MaxQueueBytes = 256 << 20; o.Registry = reg }))
+	raw := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
+	_ = raw.nc.(*net.TCPConn).SetReadBuffer(128 << 10) // slow, but not a 4 KiB trickle
+	raw.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"big"}}`)
+	eventually(t, "subscribed to big", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "big") == 1 })
+	// A slow link: the server's socket takes 64 KiB at a time, so a 1 MiB frame always
+	// leaves the non-blocking write with a remainder.
+	ts.s.sockets.each(func(c *Conn) {
+		_ = c.raw.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 64<<10) })
+	})
+
+	const channels = 50
+	const bigSize = 1 << 20
+	bigData := []byte(`"` + strings.Repeat("b", bigSize) + `"`)
+
+	var (
+		mu        sync.Mutex
+		succeeded = map[string]bool{}
+		ticks     = map[string]int{}
+		readErr   error
+		bigs      atomic.Int64
+	)
+	done := make(chan struct{})
+	go func() { // the slow reader: checks every frame as it comes
+		defer close(done)
+		br := bufio.NewReaderSize(&slowReader{r: raw.nc, piece: 64 << 10, pause: 100 * time.Microsecond}, 64<<10)
+		for {
+			f, err := readServerFrame(br)
+			if err != nil {
+				mu.Lock()
+				readErr = err
+				mu.Unlock()
+				return
+			}
+			if f.op != opText {
+				continue
+			}
+			var ev struct {
+				Event   string `json:"event"`
+				Channel string `json:"channel"`
+			}
+			if err := json.Unmarshal(f.payload, &ev); err != nil {
+				mu.Lock()
+				readErr = fmt.Errorf("frame of %d bytes is not one JSON event: %v (starts %.60q)", len(f.payload), err, f.payload)
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			switch {
+			case ev.Event == "big":
+				bigs.Add(1)
+			case ev.Event == "pusher_internal:subscription_succeeded":
+				succeeded[ev.Channel] = true
+			case ev.Event == "tick":
+				if !succeeded[ev.Channel] {
+					readErr = fmt.Errorf("tick on %s before its subscription_succeeded", ev.Channel)
+				}
+				ticks[ev.Channel]++
+			}
+			stop := readErr != nil || (len(succeeded) == channels+1 && len(ticks) == channels && bigs.Load() >= channels)
+			mu.Unlock()
+			if stop {
+				return
+			}
+		}
+	}()
+
+	// 1 MiB broadcasts on "big", one after another, each followed at once by a subscribe,
+	// so the subscribe meets the writer in the middle of the broadcast's partial writes;
+	// ticks all the time on the channel being subscribed (only: the rest of the queue stays
+	// empty, as for a client that gets nothing but the broadcasts).
+	var current atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			_ = ts.s.Publish(testAppID, channelName(int(current.Load())), "tick", []byte(fmt.Sprint(n)))
+		}
+	}()
+	var sid string // the 101's read swallowed connection_established: ask the server
+	ts.s.sockets.each(func(c *Conn) { sid = c.socketID })
+	for i := 0; i < channels; i++ {
+		current.Store(int64(i))
+		_ = ts.s.Publish(testAppID, "big", "big", bigData)
+		time.Sleep(time.Millisecond)
+		name := channelName(i)
+		if i%2 == 0 {
+			raw.writeText(t, fmt.Sprintf(`{"event":"pusher:subscribe","data":{"channel":%q}}`, name))
+		} else {
+			cd := fmt.Sprintf(`{"user_id":"u%d"}`, i)
+			msg, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": map[string]string{
+				"channel": name, "channel_data": cd, "auth": presenceAuth(ts.app.Key, ts.app.Secret, sid, name, cd)}})
+			raw.writeText(t, string(msg))
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for bigs.Load() <= int64(i) && time.Now().Before(deadline) && !isDone(done) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Error("the reader did not see every channel subscribed and ticking within 60s")
+	}
+	close(stop)
+	wg.Wait()
+	_ = raw.nc.Close()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if readErr != nil && !strings.Contains(readErr.Error(), "use of closed") {
+		t.Fatalf("after %d big frames and %d subscriptions: %v", bigs.Load(), len(succeeded), readErr)
+	}
+	if len(succeeded) != channels+1 || len(ticks) != channels { // +1: big
+		t.Fatalf("subscriptions %d, channels ticking %d, want %d", len(succeeded), len(ticks), channels)
+	}
+}
+
+// queuedBytesOf is how much the server holds for the raw client's only connection.
+func queuedBytesOf(ts *tserver, _ *rawConn) int {
+	n := 0
+	ts.s.sockets.each(func(c *Conn) {
+		c.mu.Lock()
+		n += c.queuedBytes
+		c.mu.Unlock()
+	})
+	return n
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// channelName alternates public and presence channels.
+func channelName(i int) string {
+	if i%2 == 0 {
+		return fmt.Sprintf("ch-%d", i)
+	}
+	return fmt.Sprintf("presence-ch-%d", i)
+}
+
+// slowPresence lists members as a store across a slow network does: after delay.
+type slowPresence struct {
+	channels.PresenceStore
+	delay time.Duration
+}
+
+func (p *slowPresence) Members(ctx context.Context, app, channel string) ([]channels.Member, error) {
+	time.Sleep(p.delay)
+	return p.PresenceStore.Members(ctx, app, channel)
+}
+
+// Barriers nest, release in any order, and a close drops what waits behind an unreleased
+// one; the queue only ever grows at its end.
+func TestWriteBarrierOrder(t *testing.T) {
+	f := func(s string) []byte { return []byte(s) }
+	tests := []struct {
+		name string
+		run  func(c *Conn)
+		want string
+	}{
+		{"no barrier", func(c *Conn) { c.Send(f("a")); c.Send(f("b")) }, "a b"},
+		{"held until released", func(c *Conn) {
+			c.Send(f("pre"))
+			b := c.holdWrites()
+			c.Send(f("ev"))
+			b.release(f("ok"))
+			c.Send(f("post"))
+		}, "pre ok ev post"},
+		{"nested, released inner first", func(c *Conn) {
+			b1 := c.holdWrites()
+			c.Send(f("e1"))
+			b2 := c.holdWrites()
+			c.Send(f("e2"))
+			b2.release(f("s2"))
+			c.Send(f("e3"))
+			b1.release(f("s1"))
+		}, "s1 e1 s2 e2 e3"},
+		{"close with an open barrier", func(c *Conn) {
+			c.Send(f("pre"))
+			b1 := c.holdWrites()
+			c.Send(f("e1"))
+			b1.release(f("s1"))
+			b2 := c.holdWrites()
+			c.Send(f("e2"))
+			c.closeWith(CloseServerShutdown)
+			b2.release(f("late"))
+			c.Send(f("after"))
+		}, "pre s1 e1 pusher:error close"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Conn{maxBytes: 1 << 20, flushed: make(chan struct{}), writing: true} // no writer runs
+			tt.run(c)
+			var got []string
+			for _, b := range c.queue {
+				switch {
+				case len(b) > 0 && b[0] == 0x80|opClose:
+					got = append(got, "close")
+				case bytes.Contains(b, []byte("pusher:error")):
+					got = append(got, "pusher:error")
+				default:
+					got = append(got, string(b))
+				}
+			}
+			if strings.Join(got, " ") != tt.want {
+				t.Fatalf("queue %q, want %q", got, tt.want)
+			}
+			if c.heldBytes != 0 || len(c.barriers) != 0 {
+				t.Fatalf("held %d bytes in %d barriers after every release", c.heldBytes, len(c.barriers))
+			}
+		})
+	}
+}
