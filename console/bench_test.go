@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -80,7 +79,7 @@ func benchFanout(b *testing.B, mode string, n int) {
 	for i := range counts {
 		counts[i] = subscriber(b, url, "orders")
 	}
-	data, _ := json.Marshal(`{"order":{"id":123456,"status":"shipped","items":[1,2,3]}}`)
+	data := `{"order":{"id":123456,"status":"shipped","items":[1,2,3]}}`
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -141,7 +140,7 @@ func TestClosedConsoleAddsNoAllocations(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := pusher.NewServer(pusher.Options{Config: cfg, Logger: quiet})
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	data := []byte(`"{}"`)
+	data := "{}"
 	publish := func() {
 		if err := srv.Trigger(context.Background(), "a", "orders", "e", data); err != nil {
 			t.Fatal(err)

@@ -26,13 +26,13 @@ import (
 // Server is what the console reads from and triggers through (*pusher.Server).
 type Server interface {
 	SetObserver(pusher.Observer)
-	Counters(appID string) (in, out, delivered uint64)
+	Counters(appID string) (in, out, nodeDeliveries uint64)
 	ConnectionCount(appID string) int
 	ChannelList(ctx context.Context, appID string) []channels.ChannelInfo
 	Members(ctx context.Context, appID, channel string) ([]channels.Member, error)
 	Health(ctx context.Context) map[string]string
 	Clustered() bool
-	Trigger(ctx context.Context, appID, channel, event string, data []byte) error
+	Trigger(ctx context.Context, appID, channel, event, data string) error
 }
 
 // Bridge is the Toolmark side (*bridge.Bridge); optional.
@@ -211,19 +211,10 @@ func (c *Console) sampler() {
 	}
 }
 
-// sample records the connection counts; the message counters (a walk over the sockets) are
-// read only while a console is open, since nothing counts them otherwise.
+// sample reads each app's connection count and the message counters (a few atomic loads).
 func (c *Console) sample() {
-	c.mu.Lock()
-	observing := c.attached
-	c.mu.Unlock()
 	for _, id := range c.order {
-		conns := c.opts.Server.ConnectionCount(id)
-		if !observing {
-			c.apps[id].sampleIdle(conns)
-			continue
-		}
 		in, out, del := c.opts.Server.Counters(id)
-		c.apps[id].sample(conns, in, out, del)
+		c.apps[id].sample(c.opts.Server.ConnectionCount(id), in, out, del)
 	}
 }

@@ -93,14 +93,6 @@ func (a *appView) admitLocked(now time.Time) bool {
 	return true
 }
 
-// sampleIdle records the connection count while no console observes: no rates.
-func (a *appView) sampleIdle(conns int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.recordLocked(conns)
-	a.haveLast, a.rates = false, [3]uint64{}
-}
-
 func (a *appView) recordLocked(conns int) {
 	a.history[a.hpos] = int32(conns)
 	a.hpos = (a.hpos + 1) % historySeconds
@@ -115,7 +107,7 @@ func (a *appView) sample(conns int, in, out, del uint64) {
 	if a.haveLast {
 		for i := range cur {
 			a.rates[i] = 0
-			if cur[i] > a.last[i] { // a closing socket may dip the delivery sum for a moment
+			if cur[i] > a.last[i] {
 				a.rates[i] = cur[i] - a.last[i]
 			}
 		}

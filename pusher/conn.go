@@ -58,7 +58,6 @@ type Conn struct {
 	scheduled   bool // on the flusher's dirty list
 	closing     bool
 	closed      bool
-	delivered   uint64 // frames queued while a console observes (observe.go)
 	reason      CloseReason
 	flushed     chan struct{} // closed once the socket is finished (close frame sent or aborted)
 
@@ -109,7 +108,6 @@ func (c *Conn) Send(frame []byte) {
 	}
 	c.queue = append(c.queue, frame)
 	c.queuedBytes += len(frame)
-	c.observeSendLocked()
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)

@@ -18,7 +18,6 @@ const (
 
 // handle dispatches one client frame. Bad input gets a pusher:error; the socket stays open.
 func (c *Conn) handle(raw []byte) {
-	c.observeIn()
 	c.app.stats.clientMessages.Add(1)
 	m, err := DecodeClientMessage(raw)
 	if err != nil {
@@ -374,6 +373,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 	frame := TextFrame(payload)
 	c.app.stats.published.Add(1)
 	_ = c.srv.reg.Publish(context.Background(), channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
+	c.observeClientEvent(m.Channel, m.Event, data)
 	if !c.srv.wants(cfg.ID, "client_event") {
 		return
 	}
@@ -382,7 +382,6 @@ func (c *Conn) clientEvent(m ClientMessage) {
 		ev["user_id"] = sub.userID
 	}
 	c.srv.emit(cfg.ID, ev)
-	c.observeClientEvent(m.Channel, m.Event, data)
 }
 
 // signin handles pusher:signin (user authentication).

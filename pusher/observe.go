@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/reverbgo/reverbgo/channels"
 )
@@ -35,11 +34,6 @@ const (
 // path sees in production when the console is off or closed.
 type tap struct{ o Observer }
 
-// appCounters are an app's message counters, counted only while an observer is attached.
-type appCounters struct {
-	in, out, delivered atomic.Uint64
-}
-
 // SetObserver attaches o, or detaches the observer with nil.
 func (s *Server) SetObserver(o Observer) {
 	if o == nil {
@@ -49,47 +43,16 @@ func (s *Server) SetObserver(o Observer) {
 	s.tap.Store(&tap{o: o})
 }
 
-// Counters returns the app's cumulative client frames in, events published and frames
-// delivered to local sockets, counted while an observer was attached. Deliveries are summed
-// over the app's live sockets (O(sockets), meant for a once-a-second sampler); a count may
-// dip while a socket closes, so readers take a negative difference as zero.
-func (s *Server) Counters(appID string) (in, out, delivered uint64) {
+// Counters returns the app's cumulative client frames received and events published, and
+// the frames this node queued on its sockets for every app (the metrics' counters, which
+// count whether or not a console is open).
+func (s *Server) Counters(appID string) (in, out, nodeDeliveries uint64) {
+	nodeDeliveries, _ = s.reg.Deliveries()
 	a := s.appsByID[appID]
 	if a == nil {
-		return 0, 0, 0
+		return 0, 0, nodeDeliveries
 	}
-	delivered = a.obs.delivered.Load()
-	s.sockets.each(func(c *Conn) {
-		if c.app == a {
-			c.mu.Lock()
-			delivered += c.delivered
-			c.mu.Unlock()
-		}
-	})
-	return a.obs.in.Load(), a.obs.out.Load(), delivered
-}
-
-func (c *Conn) observeIn() {
-	if c.srv.tap.Load() != nil {
-		c.app.obs.in.Add(1)
-	}
-}
-
-// observeSendLocked counts a delivery under c.mu, which Send holds anyway: a shared atomic
-// counter would put a contended read-modify-write on every delivery of a fan-out. Counters
-// sums the live sockets once a second instead, and observeClose banks a closing socket's count.
-func (c *Conn) observeSendLocked() {
-	if c.srv.tap.Load() != nil {
-		c.delivered++
-	}
-}
-
-func (s *Server) observeOut(appID string) {
-	if s.tap.Load() != nil {
-		if a := s.appsByID[appID]; a != nil {
-			a.obs.out.Add(1)
-		}
-	}
+	return a.stats.clientMessages.Load(), a.stats.published.Load(), nodeDeliveries
 }
 
 func (c *Conn) observeOpen() {
@@ -99,10 +62,6 @@ func (c *Conn) observeOpen() {
 }
 
 func (c *Conn) observeClose() {
-	// Read without c.mu: cleanup ran abort, so closing is set and no Send counts any more.
-	if c.delivered > 0 {
-		c.app.obs.delivered.Add(c.delivered)
-	}
 	if t := c.srv.tap.Load(); t != nil {
 		r := c.closeReason()
 		t.o.Connection(c.app.cfg.ID, c.socketID, false, r.String(), r.Code())
@@ -159,13 +118,13 @@ func (e *TriggerError) Error() string { return e.Message }
 
 // Trigger publishes one event exactly as a signed POST /apps/{id}/events would (same
 // validation, same publish path), on behalf of the console: it is reported to the observer
-// as ObservedConsole.
-func (s *Server) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
+// as ObservedConsole. data is the event's data string (the API body's decoded "data").
+func (s *Server) Trigger(ctx context.Context, appID, channel, event, data string) error {
 	app := s.appsByID[appID]
 	if app == nil {
 		return &TriggerError{http.StatusNotFound, "Unknown app"}
 	}
-	ev := triggerEvent{Name: event, Channel: channel, Data: string(data), HasData: true}
+	ev := triggerEvent{Name: event, Channel: channel, Data: data, HasData: true}
 	chans, payload, herr := s.prepare(app, &ev)
 	if herr != nil {
 		return &TriggerError{herr.status, herr.message}

@@ -65,7 +65,7 @@ func TestObserverSeesTheSocketLifecycle(t *testing.T) {
 	if in < 2 || out < 1 || delivered < 1 {
 		t.Fatalf("counters in=%d out=%d delivered=%d", in, out, delivered)
 	}
-	if err := ts.s.Trigger(context.Background(), testAppID, "private-x", "console.test", []byte(`"hi"`)); err != nil {
+	if err := ts.s.Trigger(context.Background(), testAppID, "private-x", "console.test", "hi"); err != nil {
 		t.Fatal(err)
 	}
 	c.waitEvent("console.test", "private-x")
@@ -79,16 +79,14 @@ func TestObserverSeesTheSocketLifecycle(t *testing.T) {
 	rec.mu.Lock()
 	n := len(rec.lines)
 	rec.mu.Unlock()
-	before, _, _ := ts.s.Counters(testAppID)
 	c2 := ts.connect(t)
 	c2.subscribe("y")
 	ts.trigger(t, "y", "e", "{}")
 	c2.waitEvent("e", "y")
-	after, _, _ := ts.s.Counters(testAppID)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.lines) != n || after != before {
-		t.Fatalf("detached observer still called: %v, in %d → %d", rec.lines[n:], before, after)
+	if len(rec.lines) != n {
+		t.Fatalf("detached observer still called: %v", rec.lines[n:])
 	}
 }
 
@@ -99,15 +97,14 @@ func TestTriggerValidatesAsTheHTTPAPI(t *testing.T) {
 		name, app, channel, event, data string
 		status                          int
 	}{
-		{"unknown app", "nope", "a", "e", `"x"`, http.StatusNotFound},
-		{"bad channel", testAppID, "bad channel", "e", `"x"`, http.StatusBadRequest},
-		{"no name", testAppID, "a", "", `"x"`, http.StatusBadRequest},
-		{"no data", testAppID, "a", "e", ``, http.StatusBadRequest},
-		{"too big", testAppID, "a", "e", `"` + strings.Repeat("x", 10001) + `"`, http.StatusRequestEntityTooLarge},
+		{"unknown app", "nope", "a", "e", "x", http.StatusNotFound},
+		{"bad channel", testAppID, "bad channel", "e", "x", http.StatusBadRequest},
+		{"no name", testAppID, "a", "", "x", http.StatusBadRequest},
+		{"too big", testAppID, "a", "e", strings.Repeat("x", 10001), http.StatusRequestEntityTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := ts.s.Trigger(context.Background(), tt.app, tt.channel, tt.event, []byte(tt.data))
+			err := ts.s.Trigger(context.Background(), tt.app, tt.channel, tt.event, tt.data)
 			var te *TriggerError
 			if !errors.As(err, &te) || te.Status != tt.status {
 				t.Fatalf("got %v, want status %d", err, tt.status)

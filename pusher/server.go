@@ -26,8 +26,7 @@ import (
 type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
-	obs   appCounters // counted only while a console observes (observe.go)
-	stats appStats    // metrics.go
+	stats appStats // metrics.go
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -220,7 +219,6 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 }
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
-	s.observeOut(appID)
 	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
