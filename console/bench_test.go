@@ -79,7 +79,7 @@ func benchFanout(b *testing.B, mode string, n int) {
 	for i := range counts {
 		counts[i] = subscriber(b, url, "orders")
 	}
-	data := `{"order":{"id":123456,"status":"shipped","items":[1,2,3]}}`
+	data := []byte(`"{\"order\":{\"id\":123456,\"status\":\"shipped\",\"items\":[1,2,3]}}"`)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -140,7 +140,7 @@ func TestClosedConsoleAddsNoAllocations(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := pusher.NewServer(pusher.Options{Config: cfg, Logger: quiet})
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	data := "{}"
+	data := []byte(`"{}"`)
 	publish := func() {
 		if err := srv.Trigger(context.Background(), "a", "orders", "e", data); err != nil {
 			t.Fatal(err)

@@ -32,7 +32,7 @@ type Server interface {
 	Members(ctx context.Context, appID, channel string) ([]channels.Member, error)
 	Health(ctx context.Context) map[string]string
 	Clustered() bool
-	Trigger(ctx context.Context, appID, channel, event, data string) error
+	Trigger(ctx context.Context, appID, channel, event string, data []byte) error
 }
 
 // Bridge is the Toolmark side (*bridge.Bridge); optional.

@@ -45,12 +45,12 @@ func (f *fakeServer) Members(_ context.Context, _, ch string) ([]channels.Member
 }
 func (f *fakeServer) Health(context.Context) map[string]string { return nil }
 func (f *fakeServer) Clustered() bool                          { return false }
-func (f *fakeServer) Trigger(_ context.Context, app, ch, ev, data string) error {
+func (f *fakeServer) Trigger(_ context.Context, app, ch, ev string, data []byte) error {
 	if ch == "bad channel" {
 		return &pusher.TriggerError{Status: http.StatusBadRequest, Message: "invalid channel name"}
 	}
 	f.mu.Lock()
-	f.triggered = append(f.triggered, app+" "+ch+" "+ev+" "+data)
+	f.triggered = append(f.triggered, app+" "+ch+" "+ev+" "+string(data))
 	f.mu.Unlock()
 	return nil
 }
@@ -232,7 +232,7 @@ func TestTriggerNeedsTheHeaderAndTheOrigin(t *testing.T) {
 			}
 		})
 	}
-	if got := h.srv.triggered; len(got) != 1 || got[0] != `app1 orders test {"a":1}` {
+	if got := h.srv.triggered; len(got) != 1 || got[0] != `app1 orders test "{\"a\":1}"` {
 		t.Fatalf("triggered %q", got)
 	}
 	// Logout ends the session.

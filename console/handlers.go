@@ -136,7 +136,8 @@ func (c *Console) handleTrigger(ctx echo.Context) error {
 	if c.apps[req.App] == nil {
 		return ctx.JSON(http.StatusNotFound, map[string]string{"error": "Unknown app"})
 	}
-	if err := c.opts.Server.Trigger(ctx.Request().Context(), req.App, req.Channel, req.Event, req.Data); err != nil {
+	data, _ := json.Marshal(req.Data) // the data string, as the SDKs send it
+	if err := c.opts.Server.Trigger(ctx.Request().Context(), req.App, req.Channel, req.Event, data); err != nil {
 		status := http.StatusBadRequest
 		if te, ok := pusher.AsTriggerError(err); ok {
 			status = te.Status

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -118,14 +119,22 @@ func (e *TriggerError) Error() string { return e.Message }
 
 // Trigger publishes one event exactly as a signed POST /apps/{id}/events would (same
 // validation, same publish path), on behalf of the console: it is reported to the observer
-// as ObservedConsole. data is the event's data string (the API body's decoded "data").
-func (s *Server) Trigger(ctx context.Context, appID, channel, event, data string) error {
+// as ObservedConsole. data is the body's "data" value: a JSON string, as every SDK sends.
+func (s *Server) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
 	app := s.appsByID[appID]
 	if app == nil {
 		return &TriggerError{http.StatusNotFound, "Unknown app"}
 	}
-	ev := triggerEvent{Name: event, Channel: channel, Data: data, HasData: true}
-	chans, payload, herr := s.prepare(app, &ev)
+	// The same typed decoding as a POST body's fields: data is a JSON string.
+	raw := rawEvent{Name: mustRawString(event), Channel: mustRawString(channel), Data: data}
+	if len(data) == 0 {
+		raw.Data = nil
+	}
+	ev, herr := raw.event("")
+	if herr != nil {
+		return &TriggerError{herr.status, herr.message}
+	}
+	chans, payload, herr := s.prepare(app, ev)
 	if herr != nil {
 		return &TriggerError{herr.status, herr.message}
 	}
@@ -146,3 +155,6 @@ func AsTriggerError(err error) (*TriggerError, bool) {
 	ok := errors.As(err, &te)
 	return te, ok
 }
+
+// mustRawString encodes s as a JSON string value.
+func mustRawString(s string) json.RawMessage { return appendJSONString(nil, s) }

@@ -65,7 +65,7 @@ func TestObserverSeesTheSocketLifecycle(t *testing.T) {
 	if in < 2 || out < 1 || delivered < 1 {
 		t.Fatalf("counters in=%d out=%d delivered=%d", in, out, delivered)
 	}
-	if err := ts.s.Trigger(context.Background(), testAppID, "private-x", "console.test", "hi"); err != nil {
+	if err := ts.s.Trigger(context.Background(), testAppID, "private-x", "console.test", []byte(`"hi"`)); err != nil {
 		t.Fatal(err)
 	}
 	c.waitEvent("console.test", "private-x")
@@ -97,14 +97,16 @@ func TestTriggerValidatesAsTheHTTPAPI(t *testing.T) {
 		name, app, channel, event, data string
 		status                          int
 	}{
-		{"unknown app", "nope", "a", "e", "x", http.StatusNotFound},
-		{"bad channel", testAppID, "bad channel", "e", "x", http.StatusBadRequest},
-		{"no name", testAppID, "a", "", "x", http.StatusBadRequest},
-		{"too big", testAppID, "a", "e", strings.Repeat("x", 10001), http.StatusRequestEntityTooLarge},
+		{"unknown app", "nope", "a", "e", `"x"`, http.StatusNotFound},
+		{"no data", testAppID, "a", "e", ``, http.StatusBadRequest},
+		{"data not a string", testAppID, "a", "e", `{"a":1}`, http.StatusBadRequest},
+		{"bad channel", testAppID, "bad channel", "e", `"x"`, http.StatusBadRequest},
+		{"no name", testAppID, "a", "", `"x"`, http.StatusBadRequest},
+		{"too big", testAppID, "a", "e", `"` + strings.Repeat("x", 10001) + `"`, http.StatusRequestEntityTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := ts.s.Trigger(context.Background(), tt.app, tt.channel, tt.event, tt.data)
+			err := ts.s.Trigger(context.Background(), tt.app, tt.channel, tt.event, []byte(tt.data))
 			var te *TriggerError
 			if !errors.As(err, &te) || te.Status != tt.status {
 				t.Fatalf("got %v, want status %d", err, tt.status)

@@ -301,7 +301,7 @@ func TestWriteBarrierOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &Conn{maxBytes: 1 << 20, flushed: make(chan struct{}), writing: true} // no writer runs
+			c := &Conn{srv: &Server{}, maxBytes: 1 << 20, flushed: make(chan struct{}), writing: true} // no writer runs
 			tt.run(c)
 			var got []string
 			for _, b := range c.queue {
