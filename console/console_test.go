@@ -349,3 +349,33 @@ func TestPreviewAndHiddenData(t *testing.T) {
 		}
 	}
 }
+
+// TestSecureCookieUnderTLS: under TLS the session cookie is Secure and the Origin must be https.
+func TestSecureCookieUnderTLS(t *testing.T) {
+	srv := &fakeServer{members: map[string][]channels.Member{}}
+	c := New(Options{Token: testToken, Apps: []string{"app1"}, Server: srv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e := echo.New()
+	c.Register(e, "")
+	ts := httptest.NewTLSServer(e)
+	t.Cleanup(func() { ts.Close(); c.Close() })
+	client := ts.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	login := func(origin string) *http.Response {
+		req, _ := http.NewRequest("POST", ts.URL+"/console/login", strings.NewReader("token="+testToken))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	if res := login("http://" + strings.TrimPrefix(ts.URL, "https://")); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("http Origin on a TLS server: %d", res.StatusCode)
+	}
+	res := login(ts.URL)
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 || !res.Cookies()[0].Secure || !res.Cookies()[0].HttpOnly {
+		t.Fatalf("%d %+v", res.StatusCode, res.Cookies())
+	}
+}
