@@ -148,6 +148,8 @@ func TestLogin(t *testing.T) {
 		{"prefix of the token", testToken[:5], h.ts.URL, http.StatusUnauthorized, "Wrong token."},
 		{"no origin", testToken, "", http.StatusForbidden, "Cross-site login refused."},
 		{"other origin", testToken, "http://evil.example", http.StatusForbidden, "Cross-site login refused."},
+		{"other port", testToken, "http://127.0.0.1:1", http.StatusForbidden, "Cross-site login refused."},
+		{"opaque origin", testToken, "null", http.StatusForbidden, "Cross-site login refused."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -350,7 +352,7 @@ func TestPreviewAndHiddenData(t *testing.T) {
 	}
 }
 
-// TestSecureCookieUnderTLS: under TLS the session cookie is Secure and the Origin must be https.
+// TestSecureCookieUnderTLS: under TLS the session cookie is Secure.
 func TestSecureCookieUnderTLS(t *testing.T) {
 	srv := &fakeServer{members: map[string][]channels.Member{}}
 	c := New(Options{Token: testToken, Apps: []string{"app1"}, Server: srv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -371,11 +373,30 @@ func TestSecureCookieUnderTLS(t *testing.T) {
 		res.Body.Close()
 		return res
 	}
-	if res := login("http://" + strings.TrimPrefix(ts.URL, "https://")); res.StatusCode != http.StatusForbidden {
-		t.Fatalf("http Origin on a TLS server: %d", res.StatusCode)
+	if res := login("https://evil.example"); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("foreign Origin: %d", res.StatusCode)
 	}
 	res := login(ts.URL)
 	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 || !res.Cookies()[0].Secure || !res.Cookies()[0].HttpOnly {
+		t.Fatalf("%d %+v", res.StatusCode, res.Cookies())
+	}
+}
+
+// TestBehindATLSProxy: a plain listener behind a TLS-terminating proxy accepts the browser's
+// https Origin for the same host and marks the cookie Secure.
+func TestBehindATLSProxy(t *testing.T) {
+	h := newHarness(t, 0)
+	host := strings.TrimPrefix(h.ts.URL, "http://")
+	req, _ := http.NewRequest("POST", h.ts.URL+"/ws/console/login", strings.NewReader("token="+testToken))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://"+host)
+	req.Header.Set("X-Forwarded-Proto", "https")
+	res, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 || !res.Cookies()[0].Secure {
 		t.Fatalf("%d %+v", res.StatusCode, res.Cookies())
 	}
 }
