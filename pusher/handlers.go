@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/channels"
@@ -147,9 +148,13 @@ func (c *Conn) subscribe(data json.RawMessage) {
 		frames = [][]byte{session, frames[0]}
 	}
 	if kind.IsCache() {
-		frames = append(frames, c.cacheReplay(name))
+		// With scaling the last event is read from Redis: off this goroutine (it reads every
+		// socket of its poller); the barrier keeps subscription_succeeded and the replay
+		// ahead of the channel's later events.
+		go func() { b.release(append(frames, c.cacheReplay(name))...) }()
+	} else {
+		b.release(frames...)
 	}
-	b.release(frames...)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {
 		c.srv.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
@@ -253,8 +258,15 @@ func subscribedFrame(name, data string) []byte {
 	return EventFrame("pusher_internal:subscription_succeeded", name, data)
 }
 
+// cacheReplayTimeout bounds the cluster read of a cache channel's last event; when Redis
+// cannot answer in time the node's own copy decides.
+const cacheReplayTimeout = time.Second
+
 func (c *Conn) cacheReplay(name string) []byte {
-	if f, ok := c.srv.reg.CachedFrame(c.app.cfg.ID, name); ok {
+	ctx, cancel := context.WithTimeout(context.Background(), cacheReplayTimeout)
+	f, ok, _ := c.srv.reg.LastEvent(ctx, c.app.cfg.ID, name)
+	cancel()
+	if ok {
 		return f
 	}
 	if c.srv.wants(c.app.cfg.ID, "cache_miss") {
