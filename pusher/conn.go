@@ -114,7 +114,6 @@ func (c *Conn) Send(frame []byte) {
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)
-	c.observeSend()
 }
 
 // kick says who must write next after frames were queued.
