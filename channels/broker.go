@@ -20,6 +20,11 @@ type Broker interface {
 	Close() error
 }
 
+// BatchBroker is a Broker that can publish several messages all or nothing.
+type BatchBroker interface {
+	PublishAll(ctx context.Context, ms []Message) error
+}
+
 // MemoryBroker is the single-node broker: a publish is delivered locally at once. It is a
 // real product for one process, not a test double.
 type MemoryBroker struct {

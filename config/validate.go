@@ -3,9 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/reverbgo/reverbgo/origin"
 )
 
 // WebhookEventTypes are the names accepted in webhooks[].event_types: Pusher's webhook events
@@ -117,8 +121,21 @@ func (c *Config) validateServer(v *validator) {
 
 func (c *Config) validateScaling(v *validator) {
 	sc := &c.Scaling
-	if sc.Enabled && sc.RedisURL == "" {
-		v.add("scaling.redis_url", "required when scaling.enabled is true (or set REDIS_URL or REDIS_HOST)")
+	var chosen []string
+	if sc.RedisURL != "" {
+		chosen = append(chosen, "scaling.redis_url")
+	}
+	if sc.RedisSentinel.Set() {
+		chosen = append(chosen, "scaling.redis_sentinel")
+	}
+	if sc.RedisCluster.Set() {
+		chosen = append(chosen, "scaling.redis_cluster")
+	}
+	switch {
+	case len(chosen) > 1:
+		v.add(chosen[1], "set exactly one of scaling.redis_url, scaling.redis_sentinel, scaling.redis_cluster (got %s)", strings.Join(chosen, " and "))
+	case sc.Enabled && len(chosen) == 0:
+		v.add("scaling.redis_url", "required when scaling.enabled is true (or scaling.redis_sentinel / scaling.redis_cluster; or set REDIS_URL or REDIS_HOST)")
 	}
 	if sc.RedisURL != "" {
 		u, err := url.Parse(sc.RedisURL)
@@ -130,8 +147,37 @@ func (c *Config) validateScaling(v *validator) {
 			v.add("scaling.redis_url", "scheme must be redis, rediss or unix, got %q", u.Scheme)
 		}
 	}
+	if sc.RedisSentinel.Set() {
+		if sc.RedisSentinel.MasterName == "" {
+			v.add("scaling.redis_sentinel.master_name", "must not be empty")
+		}
+		checkAddrs(v, "scaling.redis_sentinel.addrs", sc.RedisSentinel.Addrs)
+	}
+	if sc.RedisCluster.Set() {
+		checkAddrs(v, "scaling.redis_cluster.addrs", sc.RedisCluster.Addrs)
+	}
 	if sc.Enabled && sc.Channel == "" {
 		v.add("scaling.channel", "must not be empty when scaling is enabled")
+	}
+	if sc.Channel != "" && strings.ContainsAny(sc.Channel, "{}") {
+		// The channel goes inside the Redis Cluster hash tag of every key.
+		v.add("scaling.channel", "must not contain { or }, got %q", sc.Channel)
+	}
+	if sc.NodeTimeout < 2 || sc.NodeTimeout > 3600 {
+		v.add("scaling.node_timeout", "must be between 2 and 3600 seconds, got %d", sc.NodeTimeout)
+	}
+}
+
+// checkAddrs requires a non-empty list of host:port addresses.
+func checkAddrs(v *validator, key string, addrs []string) {
+	if len(addrs) == 0 {
+		v.add(key, "must list at least one host:port")
+	}
+	for i, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			v.add(fmt.Sprintf("%s[%d]", key, i), "must be host:port, got %q", a)
+		}
 	}
 }
 
@@ -146,6 +192,9 @@ func (a *App) validate(v *validator, p string) {
 	for j, o := range a.AllowedOrigins {
 		if strings.TrimSpace(o) == "" {
 			v.add(fmt.Sprintf("%s.allowed_origins[%d]", p, j), "must not be empty")
+		} else if err := origin.Validate(o); err != nil {
+			// A pattern the matcher cannot read would silently never match.
+			v.add(fmt.Sprintf("%s.allowed_origins[%d]", p, j), "%v", err)
 		}
 	}
 	v.positive(p+".ping_interval", int64(a.PingInterval))
