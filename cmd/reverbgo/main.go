@@ -209,7 +209,10 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	}
 	// Stored manifests and raised revs are announced (cluster-wide with Redis) for MCP's
 	// notifications/tools/list_changed.
-	store = bridge.WithManifestFeed(store, feed)
+	store = bridge.WithManifestFeed(store, feed, func(appID string) bool {
+		app := cfg.AppByID(appID)
+		return app != nil && app.Toolmark.MCP.Enabled
+	})
 	srv := pusher.NewServer(opts)
 	hooks.SetCounter(srv.SubscriptionCount)
 	if cl != nil {
