@@ -1,7 +1,6 @@
 package webhooks_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reverbgo/reverbgo/internal/testenv"
 	"github.com/reverbgo/reverbgo/webhooks"
 	"github.com/reverbgo/reverbgo/webhooks/storetest"
 )
@@ -25,7 +25,7 @@ func redisBackends(t *testing.T) map[string]func(t *testing.T) redis.UniversalCl
 			return rdb
 		},
 	}
-	if u := os.Getenv("REVERBGO_TEST_REDIS_URL"); u != "" {
+	if u := testenv.RedisURL(t); u != "" {
 		opt, err := redis.ParseURL(u)
 		if err != nil {
 			t.Fatal(err)
@@ -78,4 +78,23 @@ func TestRedisStore(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRedisStoreCluster runs the suite on a real Redis Cluster (REVERBGO_TEST_REDIS_CLUSTER)
+// under a hash-tagged prefix, as the node uses: every script's keys share one slot.
+func TestRedisStoreCluster(t *testing.T) {
+	addrs := testenv.RedisClusterAddrs(t)
+	if addrs == nil {
+		t.Skip("REVERBGO_TEST_REDIS_CLUSTER not set")
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	storetest.Run(t, func(t *testing.T, n int) ([]webhooks.Store, func(time.Duration)) {
+		prefix := "{test:" + uuid.NewString() + "}:"
+		out := make([]webhooks.Store, n)
+		for i := range out {
+			out[i] = webhooks.NewRedisStore(rdb, prefix, uuid.NewString())
+		}
+		return out, time.Sleep
+	})
 }
