@@ -65,6 +65,8 @@ type Conn struct {
 	pingSentAt   atomic.Int64 // unix nanoseconds of an unanswered server ping, 0 if none
 	controlPings atomic.Bool  // client used control-frame pings: answer in kind
 
+	tasks taskQueue // work that may wait on Redis, run in order off the poller (tasks.go)
+
 	subsMu sync.RWMutex // guards subs and userID for readers outside the read loop
 	subs   map[string]subscription
 	userID string // signed-in user ("" when not signed in)
@@ -111,7 +113,6 @@ func (c *Conn) Send(frame []byte) {
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)
-	c.observeSend()
 }
 
 // kick says who must write next after frames were queued.
