@@ -190,6 +190,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		}
 		// The outbox and the occupancy/hold decisions are cluster-wide (webhooks.RedisStore).
 		hookOpts.Store, hookOpts.NodeID = webhooks.NewRedisStore(cl.rdb, cl.prefix, cl.node), cl.node
+		hookOpts.NodeTTL = time.Duration(cfg.Scaling.NodeTimeout) * time.Second // scaling.node_timeout for webhook occupancy too
 	}
 	hooks := webhooks.New(hookOpts)
 	hooks.SetApps(cfg.Apps)
