@@ -2,18 +2,19 @@ package pusher
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"path"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/reverbgo/reverbgo/origin"
 )
 
 // ServeWS handles GET {path}/app/{key}. Refusals (unknown app, origin, quota) are sent after
@@ -347,19 +348,12 @@ func (c *Conn) cleanup() {
 	_ = c.netConn.Close() // abort is a no-op after a graceful close that only half-closed
 	s := c.srv
 	s.sockets.remove(c)
-	c.subsMu.Lock()
-	subs := c.subs
-	c.subs = nil
-	user := c.userID
-	c.subsMu.Unlock()
-	for name, sub := range subs {
-		c.leave(name, sub)
-		if sub.userID != "" {
-			s.sockets.unbindUser(c.app.cfg.ID, sub.userID, c)
-		}
-	}
-	if user != "" {
-		s.sockets.unbindUser(c.app.cfg.ID, user, c)
+	if s.remote {
+		// Presence leaves wait on Redis: they run on the connection's task goroutine, after
+		// any work still queued there (a join in flight is then left, not forgotten).
+		c.enqueue(c.leaveAll, true)
+	} else {
+		c.leaveAll(context.Background())
 	}
 	c.app.conns.Add(-1)
 	c.observeClose()
@@ -367,30 +361,27 @@ func (c *Conn) cleanup() {
 	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
 }
 
-// originAllowed matches the Origin's host against host globs; "*" allows all, and a
-// request without Origin (a server-side client) is allowed.
-func originAllowed(origin string, allowed []string) bool {
-	if origin == "" || len(allowed) == 0 {
-		return true
-	}
-	host := origin
-	if u, err := url.Parse(origin); err == nil && u.Host != "" {
-		host = u.Hostname()
-	}
-	for _, pattern := range allowed {
-		if pattern == "*" {
-			return true
-		}
-		p := pattern
-		if u, err := url.Parse(pattern); err == nil && u.Host != "" {
-			p = u.Hostname()
-		}
-		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(host)); ok {
-			return true
+// leaveAll leaves every channel of a closed socket and drops its user bindings.
+func (c *Conn) leaveAll(ctx context.Context) {
+	s := c.srv
+	c.subsMu.Lock()
+	subs := c.subs
+	c.subs = nil
+	user := c.userID
+	c.subsMu.Unlock()
+	for name, sub := range subs {
+		c.leave(ctx, name, sub)
+		if sub.userID != "" {
+			s.sockets.unbindUser(c.app.cfg.ID, sub.userID, c)
 		}
 	}
-	return false
+	if user != "" {
+		s.sockets.unbindUser(c.app.cfg.ID, user, c)
+	}
 }
+
+// originAllowed is the shared matcher (package origin), as on the Toolmark page endpoint.
+func originAllowed(o string, allowed []string) bool { return origin.Allowed(allowed, o) }
 
 // protocolSupported accepts a missing protocol and any version from 5 up.
 func protocolSupported(q url.Values) bool {

@@ -32,6 +32,7 @@ import (
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/console"
+	"github.com/reverbgo/reverbgo/httpguard"
 	"github.com/reverbgo/reverbgo/mcp"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
@@ -309,9 +310,14 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		n.shutdown(context.Background(), nil)
 		return err
 	}
+	// No ReadTimeout: it would cancel long-poll handlers (Toolmark calls wait up to
+	// max_timeout_ms) and, on the TLS path, stay armed on hijacked WebSockets. httpguard
+	// bounds bodies instead (a per-request body deadline cleared once the body is read, and a
+	// cap on requests still being read); ReadHeaderTimeout cuts slowloris headers.
 	httpSrv := &http.Server{
-		Handler:           n.e,
+		Handler:           httpguard.Wrap(n.e, httpguard.Options{}),
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
 		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
