@@ -106,7 +106,6 @@ func (c *Conn) Send(frame []byte) {
 		b.after = append(b.after, frame)
 		c.heldBytes += len(frame)
 		c.mu.Unlock()
-		c.observeSend()
 		return
 	}
 	c.queue = append(c.queue, frame)

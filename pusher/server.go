@@ -258,7 +258,6 @@ func (s *Server) publishAll(ctx context.Context, ms []channels.Message) error {
 // publishNoWait is publish for callers that must not wait on Redis: this node's subscribers
 // get the event at once, other nodes through the broker's queue (Registry.PublishNoWait).
 func (s *Server) publishNoWait(appID, channel, event, data, except string) error {
-	s.observeOut(appID)
 	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
