@@ -114,7 +114,11 @@ func NewRedisFeed(ctx context.Context, rdb redis.UniversalClient, prefix string,
 		log = slog.Default()
 	}
 	f := &RedisFeed{rdb: rdb, channel: prefix + "manifests", log: log, local: NewLocalFeed(), done: make(chan struct{})}
-	f.ps = rdb.Subscribe(ctx, f.channel)
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		f.ps = rdb.SSubscribe(ctx, f.channel) // sharded on Redis Cluster, like RedisStore's wake-ups
+	} else {
+		f.ps = rdb.Subscribe(ctx, f.channel)
+	}
 	if _, err := f.ps.Receive(ctx); err != nil { // wait for the subscription to be live
 		_ = f.ps.Close()
 		return nil, err
@@ -139,7 +143,11 @@ func (f *RedisFeed) dispatch() {
 func (f *RedisFeed) Publish(ctx context.Context, c ManifestChange) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := f.rdb.Publish(ctx, f.channel, mustJSON(c)).Err(); err != nil {
+	pub := f.rdb.Publish
+	if _, cluster := f.rdb.(*redis.ClusterClient); cluster {
+		pub = f.rdb.SPublish
+	}
+	if err := pub(ctx, f.channel, mustJSON(c)).Err(); err != nil {
 		f.log.Warn("toolmark manifest change not published", slog.String("app", c.Key.App), slog.String("error", err.Error()))
 	}
 }

@@ -15,10 +15,15 @@ import (
 // travel over ONE pub/sub channel shared by all nodes — each node holds a single subscription
 // and fans out to its local waiters, so waiting calls cost no Redis connections. A wake-up lost
 // to a reconnect is harmless: the waiter's ClaimTimeout at the deadline returns the stored result.
+//
+// On Redis Cluster every key and the wake-up channel share the prefix, so a prefix with a
+// hash tag ("{reverbgo:reverb}:toolmark:") keeps each script's keys in one slot, and wake-ups
+// use sharded pub/sub (SPUBLISH from the claim script, SSUBSCRIBE here) in that same slot.
 type RedisStore struct {
-	rdb    redis.UniversalClient
-	prefix string
-	ps     *redis.PubSub
+	rdb     redis.UniversalClient
+	prefix  string
+	ps      *redis.PubSub
+	publish string // PUBLISH, or SPUBLISH on Redis Cluster
 
 	mu       sync.Mutex
 	watchers map[string]map[*memWatch]struct{}
@@ -32,8 +37,13 @@ func NewRedisStore(ctx context.Context, rdb redis.UniversalClient, prefix string
 	if prefix == "" {
 		prefix = "reverbgo:toolmark:"
 	}
-	s := &RedisStore{rdb: rdb, prefix: prefix, watchers: map[string]map[*memWatch]struct{}{}, done: make(chan struct{})}
-	s.ps = rdb.Subscribe(ctx, s.channel())
+	s := &RedisStore{rdb: rdb, prefix: prefix, publish: "PUBLISH", watchers: map[string]map[*memWatch]struct{}{}, done: make(chan struct{})}
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		s.publish = "SPUBLISH"
+		s.ps = rdb.SSubscribe(ctx, s.channel())
+	} else {
+		s.ps = rdb.Subscribe(ctx, s.channel())
+	}
 	if _, err := s.ps.Receive(ctx); err != nil { // wait for the subscription to be live
 		_ = s.ps.Close()
 		return nil, err
@@ -170,7 +180,7 @@ if ARGV[3] == '1' then
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
 redis.call('HSET', KEYS[1], 'st', '1', 'r', ARGV[1])
-redis.call('PUBLISH', ARGV[6], ARGV[7])
+redis.call(ARGV[8], KEYS[3], ARGV[7])
 return 0`)
 
 // ClaimResult implements Store.
@@ -184,8 +194,9 @@ func (s *RedisStore) ClaimResult(ctx context.Context, id string, result json.Raw
 		}
 		confirmKey, has = s.confirmKey(confirm.ConfirmID), "1"
 	}
-	n, err := claimResultScript.Run(ctx, s.rdb, []string{s.callKey(id), confirmKey},
-		[]byte(result), now.UnixMilli(), has, cjs, confirmTTL.Milliseconds(), s.channel(), id).Int()
+	// The wake-up channel goes in KEYS too: Redis Cluster checks a shard channel's slot like a key's.
+	n, err := claimResultScript.Run(ctx, s.rdb, []string{s.callKey(id), confirmKey, s.channel()},
+		[]byte(result), now.UnixMilli(), has, cjs, confirmTTL.Milliseconds(), "", id, s.publish).Int()
 	if err != nil {
 		return ClaimNotFound, err
 	}

@@ -66,6 +66,26 @@ func TestRedisStoreReal(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) bridge.Store { return newRedisStore(t, rdb) })
 }
 
+// TestRedisStoreCluster runs the suite on a real Redis Cluster (REVERBGO_TEST_REDIS_CLUSTER)
+// under a hash-tagged prefix, as the node uses: every script's keys and the wake-up channel
+// (SPUBLISH inside the claim script) share one slot.
+func TestRedisStoreCluster(t *testing.T) {
+	addrs := testenv.RedisClusterAddrs(t)
+	if addrs == nil {
+		t.Skip("REVERBGO_TEST_REDIS_CLUSTER not set")
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	storetest.Run(t, func(t *testing.T) bridge.Store {
+		s, err := bridge.NewRedisStore(context.Background(), rdb, fmt.Sprintf("{test:%s}:toolmark:", uuid.NewString()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
+
 // TestRedisStoreCrossNode: a result claimed through one node's store wakes a waiter on another.
 func TestRedisStoreCrossNode(t *testing.T) {
 	mr := miniredis.RunT(t)

@@ -14,10 +14,16 @@ type Message struct {
 }
 
 // Broker carries publishes to every node. Each node's broker calls the registry's
-// DeliverLocal for every message, including its own.
+// DeliverLocal for every message, including its own. Publish must not wait on the network
+// (RedisBroker queues for its writer): the goroutines that read sockets call it.
 type Broker interface {
 	Publish(ctx context.Context, m Message) error
 	Close() error
+}
+
+// BatchBroker is a Broker that can publish several messages all or nothing.
+type BatchBroker interface {
+	PublishAll(ctx context.Context, ms []Message) error
 }
 
 // MemoryBroker is the single-node broker: a publish is delivered locally at once. It is a

@@ -3,7 +3,6 @@ package channels
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -18,13 +17,28 @@ import (
 // DefaultScalingChannel is the Redis pub/sub channel of the cluster (Reverb's default).
 const DefaultScalingChannel = "reverb"
 
-// envelopeMagic starts every envelope; a message without it (another Reverb implementation
-// sharing the channel, a newer format) is dropped instead of being delivered as garbage.
-const envelopeMagic = "rg1"
-
 // receiveTimeout is how long the receive loop waits for traffic before it pings the
 // subscription connection, so a dead connection is noticed and redialled.
 const receiveTimeout = 15 * time.Second
+
+// Publish pipeline bounds. A publish is queued for Redis and delivered locally at once; the
+// writer sends queued envelopes in pipelined batches and, while Redis is unreachable, keeps
+// them (in order) up to DefaultMaxBacklog bytes and DefaultMaxAge.
+const (
+	DefaultMaxBacklog = 32 << 20
+	DefaultMaxAge     = 30 * time.Second
+	publishBatch      = 256
+	queueSlots        = 1 << 16
+	writeTimeout      = 2 * time.Second
+	closeDrain        = 3 * time.Second
+)
+
+// ErrBacklog is returned by Publish when the Redis backlog is full (Redis has been
+// unreachable for a while): nothing was delivered anywhere, so the caller may retry.
+var ErrBacklog = errors.New("redis is unreachable and the publish backlog is full; nothing was delivered")
+
+// ErrBrokerClosed is returned by Publish after Close.
+var ErrBrokerClosed = errors.New("broker closed")
 
 // RedisBrokerOptions configure a RedisBroker.
 type RedisBrokerOptions struct {
@@ -35,32 +49,63 @@ type RedisBrokerOptions struct {
 	NodeID string
 	// Logger receives outage and recovery lines; nil = slog.Default().
 	Logger *slog.Logger
+	// Cache, when set, stores cache channels' last events in Redis, written by the publishing
+	// node in the same pipeline as (and before) the PUBLISH.
+	Cache *RedisCache
+	// MaxBacklog bounds the bytes queued for Redis (default DefaultMaxBacklog).
+	MaxBacklog int64
+	// MaxAge drops queued envelopes older than this during an outage (default DefaultMaxAge).
+	MaxAge time.Duration
 }
 
 // RedisBroker is the cluster Broker. A publish is delivered to this node's subscribers at
-// once and PUBLISHed as one envelope; every node holds ONE subscription and hands other
-// nodes' envelopes to DeliverLocal, which only queues frames, so the receive loop never
-// waits on a slow socket. The envelope carries the ready WebSocket frame: receivers queue the
-// same bytes without re-encoding (the frame header is at most 10 bytes).
+// once and queued for Redis; one writer goroutine PUBLISHes the queue in pipelined batches
+// (SPUBLISH on Redis Cluster, so a publish reaches only the shard that owns the channel).
+// Every node holds ONE subscription and hands other nodes' envelopes to DeliverLocal, which
+// only queues frames, so neither side waits on a socket nor a caller on Redis.
 //
-// During a Redis outage Publish still delivers locally and returns the error, and the
-// receive loop redials with exponential backoff; nothing panics or blocks for long.
+// During a Redis outage the writer keeps the batch and retries, in order; every envelope
+// carries the node's sequence number and receivers drop numbers they have seen, so a retry
+// of a batch that did reach Redis duplicates nothing. When the backlog is full, Publish
+// refuses with ErrBacklog BEFORE delivering locally: a caller never sees an error for an
+// event its local subscribers already got. Envelopes older than MaxAge are dropped (logged).
 type RedisBroker struct {
 	rdb     redis.UniversalClient
 	channel string
 	node    string
 	log     *slog.Logger
 	ps      *redis.PubSub
+	sharded bool
+	cache   *RedisCache
+
+	maxBacklog int64
+	maxAge     time.Duration
+	backlog    atomic.Int64
+	slots      atomic.Int64 // queue entries reserved and not yet taken by the writer
+	qmu        sync.RWMutex // guards closing the queue against Publish sending on it
+	closed     bool
+	queue      chan outbound
+	wdone      chan struct{}
+	drain      context.Context // cancelled when Close stops waiting for the backlog
+	stopDrain  context.CancelFunc
+	seq        uint64 // writer goroutine only
+	dropped    atomic.Int64
 
 	deliver  atomic.Pointer[func(Message) int]
 	down     atomic.Bool // the subscription is not live
+	pubDown  atomic.Bool // the last publish batch failed
 	lastWarn atomic.Int64
 	ctx      context.Context
 	cancel   context.CancelFunc
 	start    sync.Once
 	started  bool // set inside start; read after start.Do
 	done     chan struct{}
-	async    asyncState // PublishAsync's queue (broker_async.go)
+}
+
+type outbound struct {
+	m   Message
+	at  time.Time
+	env []byte // encoded by the writer on first send (it assigns the sequence number)
 }
 
 var _ Broker = (*RedisBroker)(nil)
@@ -72,6 +117,12 @@ func NewNodeID() string {
 		panic("channels: crypto/rand failed: " + err.Error())
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// IsCluster reports whether rdb talks to a Redis Cluster (sharded pub/sub, one slot per script).
+func IsCluster(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.ClusterClient)
+	return ok
 }
 
 // NewRedisBroker subscribes to the cluster channel. When Redis is unreachable it still
@@ -88,10 +139,26 @@ func NewRedisBroker(ctx context.Context, rdb redis.UniversalClient, opts RedisBr
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	b := &RedisBroker{rdb: rdb, channel: opts.Channel, node: opts.NodeID, log: opts.Logger, done: make(chan struct{})}
+	if opts.MaxBacklog <= 0 {
+		opts.MaxBacklog = DefaultMaxBacklog
+	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = DefaultMaxAge
+	}
+	b := &RedisBroker{
+		rdb: rdb, channel: opts.Channel, node: opts.NodeID, log: opts.Logger, sharded: IsCluster(rdb), cache: opts.Cache,
+		maxBacklog: opts.MaxBacklog, maxAge: opts.MaxAge, queue: make(chan outbound, queueSlots),
+		wdone: make(chan struct{}), done: make(chan struct{}),
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.drain, b.stopDrain = context.WithCancel(context.Background())
+	go b.write()
 	// Subscribe remembers the channel even when it fails, so a later redial resubscribes.
-	b.ps = rdb.Subscribe(ctx, b.channel)
+	if b.sharded {
+		b.ps = rdb.SSubscribe(ctx, b.channel)
+	} else {
+		b.ps = rdb.Subscribe(ctx, b.channel)
+	}
 	if _, err := b.ps.Receive(ctx); err != nil { // wait for the subscription to be live
 		b.down.Store(true)
 		return b, err
@@ -112,24 +179,71 @@ func (b *RedisBroker) Start(deliver func(Message) int) {
 	})
 }
 
-// Healthy reports whether the subscription is live.
-func (b *RedisBroker) Healthy() bool { return !b.down.Load() }
-
-// Publish delivers m on this node, then sends it to the others. A Redis error is returned
-// (and logged at most once a second) after the local delivery has happened.
-func (b *RedisBroker) Publish(ctx context.Context, m Message) error {
-	if d := b.deliver.Load(); d != nil {
-		(*d)(m)
-	}
-	err := b.rdb.Publish(ctx, b.channel, encodeEnvelope(b.node, m)).Err()
-	if err != nil {
-		b.warn("redis publish failed; delivered on this node only", err)
-	}
-	return err
+// Healthy reports whether the subscription is live and no publish is stuck waiting for
+// Redis (the last batch failed and something is still queued).
+func (b *RedisBroker) Healthy() bool {
+	return !b.down.Load() && !(b.pubDown.Load() && b.backlog.Load() > 0)
 }
 
-// Close stops the receive loop and releases the subscription.
+// Dropped is how many envelopes were dropped after waiting MaxAge for Redis.
+func (b *RedisBroker) Dropped() int64 { return b.dropped.Load() }
+
+// Publish queues m for the other nodes, then delivers it on this node. It never waits on
+// Redis: when the backlog is full it returns ErrBacklog and delivers nothing.
+func (b *RedisBroker) Publish(_ context.Context, m Message) error {
+	return b.PublishAll(context.Background(), []Message{m})
+}
+
+// PublishAll publishes ms all or nothing: either every message is queued and delivered on
+// this node, or (backlog full, broker closed) none is, so a request naming several channels
+// never half-succeeds.
+func (b *RedisBroker) PublishAll(_ context.Context, ms []Message) error {
+	var size int64
+	for _, m := range ms {
+		size += cost(m)
+	}
+	n := int64(len(ms))
+	b.qmu.RLock()
+	if b.closed {
+		b.qmu.RUnlock()
+		return ErrBrokerClosed
+	}
+	if b.backlog.Add(size) > b.maxBacklog || b.slots.Add(n) > queueSlots {
+		b.backlog.Add(-size)
+		b.slots.Add(-n)
+		b.qmu.RUnlock()
+		b.warn("publish refused: redis backlog full", ErrBacklog)
+		return ErrBacklog
+	}
+	now := time.Now()
+	for _, m := range ms {
+		b.queue <- outbound{m: m, at: now} // never blocks: the slots are reserved
+	}
+	b.qmu.RUnlock()
+	if d := b.deliver.Load(); d != nil {
+		for _, m := range ms {
+			(*d)(m)
+		}
+	}
+	return nil
+}
+
+// Close stops taking publishes, gives the writer up to closeDrain to send the backlog, then
+// stops the receive loop and releases the subscription.
 func (b *RedisBroker) Close() error {
+	b.qmu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.queue)
+	}
+	b.qmu.Unlock()
+	select {
+	case <-b.wdone:
+	case <-time.After(closeDrain):
+		b.stopDrain()
+		<-b.wdone
+	}
+	b.stopDrain()
 	b.cancel()
 	err := b.ps.Close()
 	b.start.Do(func() {}) // no Start after Close; a broker never started has no loop to wait for
@@ -148,11 +262,113 @@ func (b *RedisBroker) warn(msg string, err error) {
 	b.log.Warn(msg, "error", err, "node", b.node)
 }
 
+// write is the only sender to Redis: batches keep the publish order of this node.
+func (b *RedisBroker) write() {
+	defer close(b.wdone)
+	batch := make([]outbound, 0, publishBatch)
+	backoff := time.Duration(0)
+	open := true
+	for {
+		if len(batch) == 0 {
+			if !open {
+				return
+			}
+			o, ok := <-b.queue
+			if !ok {
+				return
+			}
+			b.slots.Add(-1)
+			batch = append(batch, o)
+		fill:
+			for len(batch) < publishBatch {
+				select {
+				case o, ok := <-b.queue:
+					if !ok {
+						open = false
+						break fill
+					}
+					b.slots.Add(-1)
+					batch = append(batch, o)
+				default:
+					break fill
+				}
+			}
+		}
+		batch = b.dropExpired(batch)
+		if len(batch) == 0 {
+			continue
+		}
+		if err := b.send(batch); err != nil {
+			if !b.pubDown.Swap(true) {
+				b.log.Warn("redis publish failed; queued for retry, delivered on this node", "error", err, "node", b.node, "queued", len(batch))
+			}
+			backoff = min(max(backoff*2, 50*time.Millisecond), time.Second)
+			select {
+			case <-b.drain.Done():
+				b.dropped.Add(int64(len(batch) + len(b.queue)))
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		if b.pubDown.Swap(false) {
+			b.log.Info("redis publish restored; backlog sent", "node", b.node)
+		}
+		backoff = 0
+		for _, o := range batch {
+			b.backlog.Add(-cost(o.m))
+		}
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// dropExpired drops queued envelopes older than MaxAge: after a long outage a stale event
+// is worse than a missing one.
+func (b *RedisBroker) dropExpired(batch []outbound) []outbound {
+	cut := time.Now().Add(-b.maxAge)
+	n := 0
+	for n < len(batch) && batch[n].at.Before(cut) {
+		b.backlog.Add(-cost(batch[n].m))
+		n++
+	}
+	if n > 0 {
+		b.dropped.Add(int64(n))
+		b.log.Warn("dropped publishes that waited too long for redis", "count", n, "max_age", b.maxAge.String(), "node", b.node)
+	}
+	return batch[n:]
+}
+
+// send writes one batch in one pipeline: each cache channel's SET, then its PUBLISH.
+func (b *RedisBroker) send(batch []outbound) error {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	pipe := b.rdb.Pipeline()
+	for i := range batch {
+		o := &batch[i]
+		if o.env == nil {
+			b.seq++
+			o.env = encodeEnvelope(b.node, b.seq, o.m)
+		}
+		if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
+			b.cache.set(ctx, pipe, o.m.AppID, o.m.Channel, o.m.Frame)
+		}
+		if b.sharded {
+			pipe.SPublish(ctx, b.channel, o.env)
+		} else {
+			pipe.Publish(ctx, b.channel, o.env)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
 // receive is the node's only reader of the cluster channel.
 func (b *RedisBroker) receive() {
 	defer close(b.done)
 	deliver := *b.deliver.Load()
 	backoff := time.Duration(0)
+	seen := newSeqFilter()
 	for {
 		msg, err := b.ps.ReceiveTimeout(b.ctx, receiveTimeout)
 		if b.ctx.Err() != nil {
@@ -168,7 +384,7 @@ func (b *RedisBroker) receive() {
 			if !b.down.Swap(true) {
 				b.log.Warn("redis subscription lost; serving this node's sockets only", "error", err, "node", b.node)
 			}
-			backoff = min(max(backoff*2, 100*time.Millisecond), 5*time.Second)
+			backoff = min(max(backoff*2, 100*time.Millisecond), 2*time.Second)
 			select {
 			case <-b.ctx.Done():
 				return
@@ -184,44 +400,48 @@ func (b *RedisBroker) receive() {
 		if !ok {
 			continue // *redis.Subscription after a redial, *redis.Pong
 		}
-		node, dm, ok := decodeEnvelope([]byte(m.Payload))
+		node, seq, dm, ok := decodeEnvelope([]byte(m.Payload))
 		if !ok {
 			b.warn("dropping a malformed message on the scaling channel", errors.New("bad envelope"))
 			continue
 		}
-		if node == b.node {
-			continue // delivered locally by Publish
+		if node == b.node || !seen.fresh(node, seq) {
+			continue // delivered locally by Publish, or a retried batch's duplicate
 		}
 		deliver(dm)
 	}
 }
 
-// encodeEnvelope lays out magic, then node, app, channel and except as uvarint-length
-// strings, then the frame as the rest: binary-safe and decoded without a parser.
-func encodeEnvelope(node string, m Message) []byte {
-	buf := make([]byte, 0, len(envelopeMagic)+4*binary.MaxVarintLen16+len(node)+len(m.AppID)+len(m.Channel)+len(m.Except)+len(m.Frame))
-	buf = append(buf, envelopeMagic...)
-	for _, s := range [...]string{node, m.AppID, m.Channel, m.Except} {
-		buf = binary.AppendUvarint(buf, uint64(len(s)))
-		buf = append(buf, s...)
-	}
-	return append(buf, m.Frame...)
+// seqFilter remembers the highest sequence number seen per node; entries of nodes silent
+// for seqForget are forgotten so restarted nodes (new ids) do not accumulate.
+type seqFilter struct {
+	last  map[string]seqSeen
+	sweep time.Time
 }
 
-func decodeEnvelope(p []byte) (node string, m Message, ok bool) {
-	if len(p) < len(envelopeMagic) || string(p[:len(envelopeMagic)]) != envelopeMagic {
-		return "", m, false
-	}
-	p = p[len(envelopeMagic):]
-	var fields [4]string
-	for i := range fields {
-		n, w := binary.Uvarint(p)
-		if w <= 0 || n > uint64(len(p)-w) {
-			return "", m, false
+type seqSeen struct {
+	seq  uint64
+	seen time.Time
+}
+
+const seqForget = 10 * time.Minute
+
+func newSeqFilter() *seqFilter { return &seqFilter{last: map[string]seqSeen{}, sweep: time.Now()} }
+
+func (f *seqFilter) fresh(node string, seq uint64) bool {
+	now := time.Now()
+	if now.Sub(f.sweep) > time.Minute {
+		for n, s := range f.last {
+			if now.Sub(s.seen) > seqForget {
+				delete(f.last, n)
+			}
 		}
-		fields[i] = string(p[w : w+int(n)])
-		p = p[w+int(n):]
+		f.sweep = now
 	}
-	m = Message{AppID: fields[1], Channel: fields[2], Except: fields[3], Frame: p}
-	return fields[0], m, true
+	prev, ok := f.last[node]
+	if ok && seq <= prev.seq {
+		return false
+	}
+	f.last[node] = seqSeen{seq, now}
+	return true
 }

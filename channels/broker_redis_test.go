@@ -13,38 +13,55 @@ import (
 func TestEnvelopeRoundTrip(t *testing.T) {
 	cases := []Message{
 		{AppID: "app", Channel: "news", Frame: []byte("\x81\x03abc")},
-		{AppID: "", Channel: "", Frame: nil},
+		{AppID: "", Channel: "", Frame: nil, Cacheable: true},
 		{AppID: "a:b\x00c", Channel: "private-x", Except: "1.2", Frame: []byte(strings.Repeat("\xff", 70000))},
 	}
-	for _, m := range cases {
-		node, got, ok := decodeEnvelope(encodeEnvelope("n1", m))
-		if !ok || node != "n1" || got.AppID != m.AppID || got.Channel != m.Channel || got.Except != m.Except || string(got.Frame) != string(m.Frame) {
-			t.Fatalf("round trip of %+v: %v %q %+v", m, ok, node, got)
+	for i, m := range cases {
+		node, seq, got, ok := decodeEnvelope(encodeEnvelope("n1", uint64(i)*1e12, m))
+		if !ok || node != "n1" || seq != uint64(i)*1e12 || got.AppID != m.AppID || got.Channel != m.Channel || got.Except != m.Except ||
+			string(got.Frame) != string(m.Frame) || got.Cacheable != m.Cacheable {
+			t.Fatalf("round trip of %+v: %v %q %d %+v", m, ok, node, seq, got)
 		}
 	}
 }
 
 func TestEnvelopeRejectsGarbage(t *testing.T) {
-	good := encodeEnvelope("n1", Message{AppID: "app", Channel: "c", Frame: []byte("f")})
-	for _, p := range [][]byte{nil, []byte("rg"), []byte("xx1abc"), good[:5], []byte("rg1\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")} {
-		if _, _, ok := decodeEnvelope(p); ok {
+	good := encodeEnvelope("n1", 7, Message{AppID: "app", Channel: "c", Frame: []byte("f")})
+	for _, p := range [][]byte{nil, []byte("rg"), []byte("rg2"), []byte("xx2abc"), good[:6], []byte("rg1\x00\x01\x01n"),
+		[]byte("rg2\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), []byte("rg2\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")} {
+		if _, _, _, ok := decodeEnvelope(p); ok {
 			t.Fatalf("accepted %q", p)
 		}
 	}
 }
 
 func FuzzDecodeEnvelope(f *testing.F) {
-	f.Add(encodeEnvelope("n", Message{AppID: "a", Channel: "c", Except: "1.1", Frame: []byte("x")}))
+	f.Add(encodeEnvelope("n", 1, Message{AppID: "a", Channel: "c", Except: "1.1", Frame: []byte("x"), Cacheable: true}))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		node, m, ok := decodeEnvelope(p)
+		node, seq, m, ok := decodeEnvelope(p)
 		if !ok {
 			return
 		}
-		node2, m2, ok := decodeEnvelope(encodeEnvelope(node, m))
-		if !ok || node2 != node || m2.AppID != m.AppID || m2.Channel != m.Channel || m2.Except != m.Except || string(m2.Frame) != string(m.Frame) {
+		node2, seq2, m2, ok := decodeEnvelope(encodeEnvelope(node, seq, m))
+		if !ok || node2 != node || seq2 != seq || m2.AppID != m.AppID || m2.Channel != m.Channel || m2.Except != m.Except ||
+			string(m2.Frame) != string(m.Frame) || m2.Cacheable != m.Cacheable {
 			t.Fatalf("re-encoding %q changed it", p)
 		}
 	})
+}
+
+func TestSeqFilter(t *testing.T) {
+	f := newSeqFilter()
+	steps := []struct {
+		node string
+		seq  uint64
+		want bool
+	}{{"a", 1, true}, {"a", 2, true}, {"a", 2, false}, {"a", 1, false}, {"b", 1, true}, {"a", 5, true}, {"a", 3, false}}
+	for _, s := range steps {
+		if got := f.fresh(s.node, s.seq); got != s.want {
+			t.Fatalf("fresh(%s, %d) = %v, want %v", s.node, s.seq, got, s.want)
+		}
+	}
 }
 
 type sink struct{ got chan string }
@@ -52,8 +69,9 @@ type sink struct{ got chan string }
 func (s sink) SocketID() string { return "1.1" }
 func (s sink) Send(f []byte)    { s.got <- string(f) }
 
-// TestRedisBrokerOutage: while Redis is down a publish still reaches local sockets and
-// reports the error; once Redis is back the receive loop has resubscribed on its own.
+// TestRedisBrokerOutage: while Redis is down a publish reaches local sockets at once and
+// succeeds; once Redis is back the queued publish reaches the other node exactly once (the
+// writer's retries carry the same sequence number) and the receive loop has resubscribed.
 func TestRedisBrokerOutage(t *testing.T) {
 	mr := miniredis.RunT(t)
 	ctx := context.Background()
@@ -74,32 +92,101 @@ func TestRedisBrokerOutage(t *testing.T) {
 	}
 	addr := mr.Addr()
 	mr.Close()
-	if err := regs[0].Publish(ctx, Message{AppID: "app", Channel: "c", Frame: []byte("down")}); err == nil {
-		t.Fatal("publish during an outage reported no error")
+	if err := regs[0].Publish(ctx, Message{AppID: "app", Channel: "c", Frame: []byte("down")}); err != nil {
+		t.Fatalf("publish during an outage: %v", err)
 	}
 	if got := <-sinks[0].got; got != "down" {
 		t.Fatalf("local socket got %q", got)
 	}
+	waitFor(t, "the writer to notice the outage", func() bool { return !regs[0].Broker().(*RedisBroker).Healthy() })
 	if err := mr.StartAddr(addr); err != nil {
 		t.Fatal(err)
 	}
-	// Poll: republish until node B's loop has redialled and resubscribed.
+	// Poll: republish until node B's loop has redialled and resubscribed; "down" was queued
+	// while B was unsubscribed too, so B may or may not see it, but never twice.
 	deadline := time.Now().Add(15 * time.Second)
-	for {
+	seen := map[string]int{}
+	for seen["up"] == 0 {
 		_ = regs[0].Publish(ctx, Message{AppID: "app", Channel: "c", Frame: []byte("up")})
 		select {
 		case got := <-sinks[1].got:
-			if got != "up" {
-				t.Fatalf("node B got %q", got)
-			}
-			if !regs[1].Broker().(*RedisBroker).Healthy() {
-				t.Fatal("node B delivered but reports unhealthy")
-			}
-			return
+			seen[got]++
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("node B never resubscribed")
 		}
+	}
+	if seen["down"] > 1 {
+		t.Fatalf("node B got the outage publish %d times", seen["down"])
+	}
+	waitFor(t, "node B healthy", func() bool { return regs[1].Broker().(*RedisBroker).Healthy() })
+}
+
+// TestRedisBrokerBacklogFull: once the backlog bound is reached, Publish refuses and does
+// NOT deliver locally, so an HTTP 503 never follows a local delivery.
+func TestRedisBrokerBacklogFull(t *testing.T) {
+	mr := miniredis.RunT(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := NewRedisBroker(ctx, rdb, RedisBrokerOptions{MaxBacklog: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	reg := NewRegistry(Options{Broker: b})
+	b.Start(reg.DeliverLocal)
+	s := sink{make(chan string, 100)}
+	reg.Subscribe("app", "c", s)
+	mr.Close()
+	frame := strings.Repeat("x", 300)
+	accepted, refused := 0, 0
+	for range 10 {
+		switch err := reg.Publish(ctx, Message{AppID: "app", Channel: "c", Frame: []byte(frame)}); err {
+		case nil:
+			accepted++
+		case ErrBacklog:
+			refused++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if refused == 0 || accepted == 0 {
+		t.Fatalf("accepted %d refused %d", accepted, refused)
+	}
+	if len(s.got) != accepted {
+		t.Fatalf("local deliveries %d, accepted publishes %d", len(s.got), accepted)
+	}
+	// A request naming several channels is all or nothing.
+	b2, err := NewRedisBroker(ctx, rdb, RedisBrokerOptions{MaxBacklog: 1000})
+	if err == nil {
+		t.Fatal("subscribed to a closed Redis")
+	}
+	t.Cleanup(func() { _ = b2.Close() })
+	reg2 := NewRegistry(Options{Broker: b2})
+	b2.Start(reg2.DeliverLocal)
+	s2 := sink{make(chan string, 100)}
+	reg2.Subscribe("app", "c", s2)
+	three := []Message{{AppID: "app", Channel: "c", Frame: []byte(frame)}, {AppID: "app", Channel: "c", Frame: []byte(frame)}, {AppID: "app", Channel: "c", Frame: []byte(frame)}}
+	if err := reg2.PublishAll(ctx, three); err != ErrBacklog {
+		t.Fatalf("three messages over the bound: %v", err)
+	}
+	if err := reg2.PublishAll(ctx, three[:2]); err != nil {
+		t.Fatalf("two messages within the bound: %v", err)
+	}
+	if len(s2.got) != 2 {
+		t.Fatalf("local deliveries %d, want exactly the 2 accepted", len(s2.got))
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

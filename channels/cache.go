@@ -1,6 +1,7 @@
 package channels
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -53,4 +54,59 @@ func (c *cacheStore) get(app, name string) ([]byte, bool) {
 		return nil, false
 	}
 	return e.frame, true
+}
+
+// CacheReader reads a cache channel's last event for the whole cluster (RedisCache).
+type CacheReader interface {
+	LastEvent(ctx context.Context, app, channel string) (frame []byte, ok bool, err error)
+}
+
+// cacheLocalWins is how recent a local copy must be to be answered without asking Redis.
+const cacheLocalWins = 2 * time.Second
+
+// recent returns the entry when it was written within d.
+func (c *cacheStore) recent(app, name string, d time.Duration) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key{app, name}]
+	if !ok || c.now().After(e.expires.Add(d-CacheTTL)) {
+		return nil, false
+	}
+	return e.frame, true
+}
+
+// cacheReadTimeout bounds CachedFrame's cluster read.
+const cacheReadTimeout = time.Second
+
+// LastEvent returns the last event published on a cache channel, if still fresh. With a
+// cluster CacheReader it is the cluster's answer; when that read fails, this node's copy
+// (every node records every cacheable event it delivers) is returned together with the
+// error, so the caller may replay it or treat the answer as unknown. It may wait on Redis:
+// call it off the socket-reading goroutines, with a deadline in ctx.
+func (r *Registry) LastEvent(ctx context.Context, app, name string) ([]byte, bool, error) {
+	if r.remoteCache != nil {
+		// This node's copy of an event it delivered moments ago wins: it may have been
+		// published here and still be queued for Redis (SET and PUBLISH travel together, so
+		// an event from another node that this node delivered is in Redis already).
+		if f, ok := r.cache.recent(app, name, cacheLocalWins); ok {
+			return f, true, nil
+		}
+		f, ok, err := r.remoteCache.LastEvent(ctx, app, name)
+		if err == nil {
+			return f, ok, nil
+		}
+		f, ok = r.cache.get(app, name)
+		return f, ok, err
+	}
+	f, ok := r.cache.get(app, name)
+	return f, ok, nil
+}
+
+// CachedFrame is LastEvent with a short deadline, answering this node's copy when the
+// cluster cannot be read.
+func (r *Registry) CachedFrame(app, name string) ([]byte, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), cacheReadTimeout)
+	defer cancel()
+	f, ok, _ := r.LastEvent(ctx, app, name)
+	return f, ok
 }

@@ -28,11 +28,12 @@ const occupancyFlush = 50 * time.Millisecond
 // answer counts and channel lists for the whole cluster, and indexes the sockets of
 // channels starting with IndexPrefix, so that any node can find such a socket by id.
 //
-// Counts live in one hash per node (field app NUL channel), incremented in batches every
-// occupancyFlush; the socket index is one hash per node (socket id -> app NUL channels),
+// Counts live in one hash per node (field app NUL channel), written as absolute values (so a
+// lost write heals with the next one) in batches every occupancyFlush; the socket index is one hash per node (socket id -> app NUL channels),
 // written synchronously because a page may call another node right after subscribing.
-// Both are read only for nodes whose heartbeat is fresh and are deleted when a node is
-// reaped (see RedisPresence), so a dead node's sockets vanish from answers after NodeTTL.
+// This node's connection count per app (a third hash, app -> count) rides on the same batch.
+// All are read only for nodes whose heartbeat is fresh and are deleted when a node is
+// reaped (see RedisPresence), so a dead node's sockets vanish from answers within NodeTimeout.
 // The node keeps the same state in memory and writes it again with Resync when Redis lost it.
 type RedisOccupancy struct {
 	p      *RedisPresence // keys, node id and liveness
@@ -41,10 +42,12 @@ type RedisOccupancy struct {
 
 	mu      sync.Mutex
 	counts  map[string]int64             // app NUL channel -> local subscribers
-	pending map[string]int64             // not yet written deltas
+	pending map[string]struct{}          // fields whose count changed since the last write
 	indexed map[string]map[string]string // socket -> indexed channel -> credential hash
 	apps    map[string]string            // socket -> app, for indexed sockets
 	creds   map[string]string            // socket NUL channel -> credential for the next Subscribed
+	conns   func() map[string]int64      // app -> open sockets on this node (SetConnections)
+	wrote   map[string]int64             // conns as last written
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -59,7 +62,7 @@ func NewRedisOccupancy(p *RedisPresence, indexPrefix string, logger *slog.Logger
 	}
 	o := &RedisOccupancy{
 		p: p, prefix: indexPrefix, log: logger,
-		counts: map[string]int64{}, pending: map[string]int64{}, indexed: map[string]map[string]string{}, apps: map[string]string{}, creds: map[string]string{},
+		counts: map[string]int64{}, pending: map[string]struct{}{}, indexed: map[string]map[string]string{}, apps: map[string]string{}, creds: map[string]string{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	p.mu.Lock()
@@ -71,6 +74,34 @@ func NewRedisOccupancy(p *RedisPresence, indexPrefix string, logger *slog.Logger
 
 func (o *RedisOccupancy) subsKey(node string) string    { return o.p.NodeKey(node, "subs") }
 func (o *RedisOccupancy) socketsKey(node string) string { return o.p.NodeKey(node, "sockets") }
+func (o *RedisOccupancy) connsKey(node string) string   { return o.p.NodeKey(node, "conns") }
+
+// SetConnections gives the batch writer this node's connection count per app, written
+// whenever it changed, so Connections can sum every live node.
+func (o *RedisOccupancy) SetConnections(counts func() map[string]int64) {
+	o.mu.Lock()
+	o.conns = counts
+	o.wrote = nil
+	o.mu.Unlock()
+}
+
+// connDelta returns the per-app counts that changed since the last write (nil = none).
+func (o *RedisOccupancy) connDelta() map[string]int64 {
+	if o.conns == nil {
+		return nil
+	}
+	now := o.conns()
+	var out map[string]int64
+	for app, n := range now {
+		if w, ok := o.wrote[app]; !ok || w != n {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[app] = n
+		}
+	}
+	return out
+}
 
 // Subscribed implements Occupancy.
 func (o *RedisOccupancy) Subscribed(app, channel, socketID string) {
@@ -112,6 +143,7 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 	if o.counts[f] += delta; o.counts[f] <= 0 {
 		delete(o.counts, f)
 	}
+	count := o.counts[f]
 	var value string
 	if indexed {
 		set := o.indexed[socketID]
@@ -134,7 +166,7 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 			value = indexValue(app, set)
 		}
 	} else {
-		o.pending[f] += delta
+		o.pending[f] = struct{}{}
 	}
 	o.mu.Unlock()
 	if !indexed {
@@ -143,7 +175,7 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := o.p.rdb.TxPipeline()
-	pipe.HIncrBy(ctx, o.subsKey(o.p.node), f, delta)
+	setCount(ctx, pipe, o.subsKey(o.p.node), f, count)
 	if value == "" {
 		pipe.HDel(ctx, o.socketsKey(o.p.node), socketID)
 	} else {
@@ -151,6 +183,19 @@ func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		o.log.Warn("socket index not written; the next resync repairs it", "error", err)
+		o.mu.Lock()
+		o.pending[f] = struct{}{}
+		o.mu.Unlock()
+	}
+}
+
+// setCount writes an absolute count (not a delta): a write lost to a failover or an outage
+// is corrected by the next write of the same field.
+func setCount(ctx context.Context, pipe redis.Pipeliner, key, field string, n int64) {
+	if n > 0 {
+		pipe.HSet(ctx, key, field, n)
+	} else {
+		pipe.HDel(ctx, key, field)
 	}
 }
 
@@ -181,30 +226,48 @@ func (o *RedisOccupancy) loop() {
 	}
 }
 
-// flush writes the batched deltas; on failure they are kept and merged into the next batch.
+// flush writes the changed counts (absolute values); on failure they stay marked for the next batch.
 func (o *RedisOccupancy) flush() {
 	o.mu.Lock()
 	batch := o.pending
-	if len(batch) == 0 {
+	conns := o.connDelta()
+	if len(batch) == 0 && len(conns) == 0 {
 		o.mu.Unlock()
 		return
 	}
-	o.pending = map[string]int64{}
+	o.pending = map[string]struct{}{}
+	values := make(map[string]int64, len(batch))
+	for f := range batch {
+		values[f] = o.counts[f]
+	}
 	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := o.p.rdb.Pipeline()
-	for f, d := range batch {
-		if d != 0 {
-			pipe.HIncrBy(ctx, o.subsKey(o.p.node), f, d)
-		}
+	for f, n := range values {
+		setCount(ctx, pipe, o.subsKey(o.p.node), f, n)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		o.mu.Lock()
-		for f, d := range batch {
-			o.pending[f] += d
+	if len(conns) > 0 {
+		vals := make(map[string]any, len(conns))
+		for app, n := range conns {
+			vals[app] = n
 		}
-		o.mu.Unlock()
+		pipe.HSet(ctx, o.connsKey(o.p.node), vals)
+	}
+	_, err := pipe.Exec(ctx)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		for f := range batch {
+			o.pending[f] = struct{}{}
+		}
+		return
+	}
+	if o.wrote == nil {
+		o.wrote = map[string]int64{}
+	}
+	for app, n := range conns {
+		o.wrote[app] = n
 	}
 }
 
@@ -219,10 +282,11 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	for s, set := range o.indexed {
 		sockets[s] = indexValue(o.apps[s], set)
 	}
-	o.pending = map[string]int64{}
+	o.pending = map[string]struct{}{}
+	o.wrote = nil // the next flush writes every connection count again
 	o.mu.Unlock()
 	pipe := o.p.rdb.TxPipeline()
-	pipe.Del(ctx, o.subsKey(o.p.node), o.socketsKey(o.p.node))
+	pipe.Del(ctx, o.subsKey(o.p.node), o.socketsKey(o.p.node), o.connsKey(o.p.node))
 	if len(counts) > 0 {
 		pipe.HSet(ctx, o.subsKey(o.p.node), counts)
 	}
@@ -233,9 +297,9 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	return err
 }
 
-// liveNodes lists nodes whose heartbeat is within NodeTTL, always including this one.
+// liveNodes lists nodes not yet dead (see RedisPresence), always including this one.
 func (o *RedisOccupancy) liveNodes(ctx context.Context) ([]string, error) {
-	min := strconv.FormatInt(time.Now().Add(-o.p.ttl).UnixMilli(), 10)
+	min := strconv.FormatInt(time.Now().Add(-o.p.deadAfter()).UnixMilli(), 10)
 	nodes, err := o.p.rdb.ZRangeByScore(ctx, o.p.nodes(), &redis.ZRangeBy{Min: min, Max: "+inf"}).Result()
 	if err != nil {
 		return nil, err
@@ -258,6 +322,35 @@ func (o *RedisOccupancy) SubscriptionCount(ctx context.Context, app, channel str
 	cmds := make([]*redis.StringCmd, len(nodes))
 	for i, n := range nodes {
 		cmds[i] = pipe.HGet(ctx, o.subsKey(n), app+"\x00"+channel)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	total := 0
+	for _, c := range cmds {
+		if n, err := c.Int(); err == nil && n > 0 {
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// RemoteConnections is the app's open sockets on every other live node, as of their last
+// batch; the caller adds its own, exact count.
+func (o *RedisOccupancy) RemoteConnections(ctx context.Context, app string) (int, error) {
+	nodes, err := o.liveNodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	pipe := o.p.rdb.Pipeline()
+	var cmds []*redis.StringCmd
+	for _, n := range nodes {
+		if n != o.p.node {
+			cmds = append(cmds, pipe.HGet(ctx, o.connsKey(n), app))
+		}
+	}
+	if len(cmds) == 0 {
+		return 0, nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err

@@ -7,13 +7,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultNodeTTL is how long a node may miss heartbeats before the others reap it.
-const DefaultNodeTTL = 30 * time.Second
+// DefaultNodeTimeout is scaling.node_timeout's default: within this long after a node
+// stops (SIGKILL, power loss), the survivors have removed its members and sockets.
+const DefaultNodeTimeout = 10 * time.Second
 
 // DefaultRedisPrefix namespaces every key reverbgo keeps in Redis for channels.
 const DefaultRedisPrefix = "reverbgo:"
@@ -24,10 +26,13 @@ const reapBatch = 500
 
 // RedisPresenceOptions configure a RedisPresence.
 type RedisPresenceOptions struct {
-	Prefix  string        // key prefix (default DefaultRedisPrefix)
-	NodeID  string        // this node (default NewNodeID()); use the broker's
-	NodeTTL time.Duration // heartbeat window (default DefaultNodeTTL); heartbeats every TTL/6
-	Logger  *slog.Logger
+	Prefix string // key prefix (default DefaultRedisPrefix)
+	NodeID string // this node (default NewNodeID()); use the broker's
+	// NodeTimeout bounds how long a dead node's state outlives it (default
+	// DefaultNodeTimeout): nodes heartbeat every NodeTimeout/10 and a node silent for
+	// 8/10 of it is dead, so a survivor's next heartbeat reaps it within NodeTimeout.
+	NodeTimeout time.Duration
+	Logger      *slog.Logger
 	// OnGone is called for every user whose last socket in a channel was removed by the
 	// store itself rather than by a Leave that reported it: the sockets of a dead node,
 	// reaped here, and leaves that failed during a Redis outage and were retried later. The
@@ -40,16 +45,16 @@ type RedisPresenceOptions struct {
 // socket's user and each user's socket count in three hashes changed only by Lua scripts,
 // so member_added and member_removed fire once per user across all nodes. Each node also
 // records its memberships in a per-node set and heartbeats into a sorted set; a node that
-// misses heartbeats for NodeTTL is reaped by a survivor, which removes its sockets and
-// reports the users who left through OnGone. A crashed node's members therefore stay
-// visible for at most NodeTTL plus one heartbeat interval (35s by default).
+// misses heartbeats for 8/10 of NodeTimeout is reaped by a survivor, which removes its
+// sockets and reports the users who left through OnGone. A crashed node's members therefore
+// stay visible for less than NodeTimeout (10 s by default).
 //
 // The node also mirrors its own memberships in memory: when its heartbeat finds the node
 // unknown to Redis (Redis restarted empty, or this node was reaped during a long pause) it
 // joins them again, so presence heals without clients resubscribing.
 //
-// Keys are derived inside the reap script, so this needs a standalone Redis (or Sentinel),
-// not Redis Cluster.
+// Every script gets all its keys in KEYS, and every key shares the prefix; give the prefix a
+// hash tag ("{reverbgo:reverb}:") and the store runs on Redis Cluster too, all in one slot.
 type RedisPresence struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -63,6 +68,10 @@ type RedisPresence struct {
 	pending []string          // entries whose Leave failed, retried by the heartbeat
 	// onRejoin also writes other per-node state again (RedisOccupancy.Resync).
 	onRejoin func(context.Context) error
+	// inflight counts Joins and Leaves under way and ops those finished, so the heartbeat
+	// compares the mirror with Redis only at a quiet moment.
+	inflight atomic.Int64
+	ops      atomic.Uint64
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -82,14 +91,14 @@ func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *Red
 	if opts.NodeID == "" {
 		opts.NodeID = NewNodeID()
 	}
-	if opts.NodeTTL <= 0 {
-		opts.NodeTTL = DefaultNodeTTL
+	if opts.NodeTimeout <= 0 {
+		opts.NodeTimeout = DefaultNodeTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	return &RedisPresence{
-		rdb: rdb, prefix: opts.Prefix, node: opts.NodeID, ttl: opts.NodeTTL, log: opts.Logger,
+		rdb: rdb, prefix: opts.Prefix, node: opts.NodeID, ttl: opts.NodeTimeout, log: opts.Logger,
 		onGone: opts.OnGone, mirror: map[string]Member{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -99,6 +108,10 @@ func (p *RedisPresence) users(app, ch string) string   { return p.prefix + "pu:"
 func (p *RedisPresence) sockets(app, ch string) string { return p.prefix + "ps:" + ch + ":" + app }
 func (p *RedisPresence) counts(app, ch string) string  { return p.prefix + "pc:" + ch + ":" + app }
 func (p *RedisPresence) nodes() string                 { return p.prefix + "nodes" }
+
+// interval is the heartbeat period; deadAfter the silence after which a node is dead.
+func (p *RedisPresence) interval() time.Duration  { return p.ttl / 10 }
+func (p *RedisPresence) deadAfter() time.Duration { return p.ttl * 8 / 10 }
 
 // NodeKey is the per-node key with the given suffix; every key under it is deleted when the
 // node is reaped.
@@ -123,15 +136,17 @@ func splitEntry(e string) (app, ch, socket, user string, ok bool) {
 var joinScript = redis.NewScript(`
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('SADD', KEYS[4], ARGV[4])
 if prev == ARGV[2] then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('SADD', KEYS[4], ARGV[4])
 if redis.call('HINCRBY', KEYS[3], ARGV[2], 1) == 1 then return 1 end
 return 0`)
 
 // Join implements PresenceStore.
 func (p *RedisPresence) Join(ctx context.Context, app, channel, socketID string, m Member) (bool, error) {
 	e := entry(app, channel, socketID, m.UserID)
+	p.inflight.Add(1)
+	defer p.opDone()
 	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, channel), p.sockets(app, channel), p.counts(app, channel), p.NodeKey(p.node, "presence")},
 		socketID, m.UserID, m.Info, e).Int()
 	if err != nil {
@@ -158,6 +173,8 @@ return 0`)
 // retried by the heartbeat, which reports a last leave through OnGone.
 func (p *RedisPresence) Leave(ctx context.Context, app, channel, socketID, userID string) (bool, error) {
 	e := entry(app, channel, socketID, userID)
+	p.inflight.Add(1)
+	defer p.opDone()
 	last, err := p.leave(ctx, e)
 	p.mu.Lock()
 	delete(p.mirror, e)
@@ -166,6 +183,11 @@ func (p *RedisPresence) Leave(ctx context.Context, app, channel, socketID, userI
 	}
 	p.mu.Unlock()
 	return last, err
+}
+
+func (p *RedisPresence) opDone() {
+	p.ops.Add(1)
+	p.inflight.Add(-1)
 }
 
 func (p *RedisPresence) leave(ctx context.Context, e string) (bool, error) {
@@ -189,7 +211,7 @@ func (p *RedisPresence) Members(ctx context.Context, app, channel string) ([]Mem
 	return out, nil
 }
 
-// Start heartbeats at once, then every NodeTTL/6, reaping dead nodes each time.
+// Start heartbeats at once, then every NodeTimeout/10, reaping dead nodes each time.
 func (p *RedisPresence) Start() {
 	p.start.Do(func() {
 		p.started = true
@@ -199,10 +221,10 @@ func (p *RedisPresence) Start() {
 
 func (p *RedisPresence) loop() {
 	defer close(p.done)
-	t := time.NewTicker(p.ttl / 6)
+	t := time.NewTicker(p.interval())
 	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), p.ttl/6)
+		ctx, cancel := context.WithTimeout(context.Background(), max(p.interval(), time.Second))
 		if err := p.Heartbeat(ctx); err != nil {
 			p.log.Warn("redis presence heartbeat failed", "error", err, "node", p.node)
 		}
@@ -216,7 +238,7 @@ func (p *RedisPresence) loop() {
 }
 
 // Heartbeat marks this node alive, repairs its memberships if Redis forgot the node,
-// retries failed leaves and reaps nodes whose heartbeat is older than NodeTTL.
+// retries failed leaves and reaps nodes silent for 8/10 of NodeTimeout.
 func (p *RedisPresence) Heartbeat(ctx context.Context) error {
 	now := time.Now()
 	added, err := p.rdb.ZAdd(ctx, p.nodes(), redis.Z{Score: float64(now.UnixMilli()), Member: p.node}).Result()
@@ -231,7 +253,12 @@ func (p *RedisPresence) Heartbeat(ctx context.Context) error {
 	if err := p.retryLeaves(ctx); err != nil {
 		return err
 	}
-	dead, err := p.rdb.ZRangeByScore(ctx, p.nodes(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.Add(-p.ttl).UnixMilli(), 10)}).Result()
+	if added == 0 {
+		if err := p.verify(ctx); err != nil {
+			return err
+		}
+	}
+	dead, err := p.rdb.ZRangeByScore(ctx, p.nodes(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.Add(-p.deadAfter()).UnixMilli(), 10)}).Result()
 	if err != nil {
 		return err
 	}
@@ -239,7 +266,7 @@ func (p *RedisPresence) Heartbeat(ctx context.Context) error {
 		if node == p.node {
 			continue
 		}
-		n, err := p.Reap(ctx, node, now.Add(-p.ttl))
+		n, err := p.Reap(ctx, node, now.Add(-p.deadAfter()))
 		if err != nil {
 			return err
 		}
@@ -274,6 +301,71 @@ func (p *RedisPresence) rejoin(ctx context.Context) error {
 	return nil
 }
 
+// verify repairs this node's memberships when Redis holds a different number of them than
+// the mirror: writes lost to a Sentinel failover (replication is asynchronous) or to a
+// Cluster shard's failover. Memberships Redis lacks are joined again; ones the node no
+// longer has are left (a last one is reported through OnGone). The check is one SCARD, made
+// only while no Join or Leave is under way.
+func (p *RedisPresence) verify(ctx context.Context) error {
+	ops := p.ops.Load()
+	if p.inflight.Load() != 0 {
+		return nil
+	}
+	p.mu.Lock()
+	n := len(p.mirror)
+	p.mu.Unlock()
+	set := p.NodeKey(p.node, "presence")
+	card, err := p.rdb.SCard(ctx, set).Result()
+	if err != nil || int(card) == n || p.inflight.Load() != 0 || p.ops.Load() != ops {
+		return err
+	}
+	have, err := p.rdb.SMembers(ctx, set).Result()
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.inflight.Load() != 0 || p.ops.Load() != ops {
+		p.mu.Unlock()
+		return nil // changed meanwhile: the next heartbeat looks again
+	}
+	mirror := make(map[string]Member, len(p.mirror))
+	for e, m := range p.mirror {
+		mirror[e] = m
+	}
+	onRejoin := p.onRejoin
+	p.mu.Unlock()
+	p.log.Warn("redis presence differs from this node's; repairing", "node", p.node, "redis", card, "node_has", n)
+	inRedis := make(map[string]bool, len(have))
+	for _, e := range have {
+		inRedis[e] = true
+		if _, ok := mirror[e]; ok {
+			continue
+		}
+		last, err := p.leave(ctx, e)
+		if err != nil {
+			return err
+		}
+		if last && p.onGone != nil {
+			app, ch, _, user, _ := splitEntry(e)
+			p.onGone(app, ch, user)
+		}
+	}
+	for e, m := range mirror {
+		if inRedis[e] {
+			continue
+		}
+		app, ch, socket, _, _ := splitEntry(e)
+		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+			socket, m.UserID, m.Info, e).Err(); err != nil {
+			return err
+		}
+	}
+	if onRejoin != nil {
+		return onRejoin(ctx)
+	}
+	return nil
+}
+
 func (p *RedisPresence) retryLeaves(ctx context.Context) error {
 	p.mu.Lock()
 	pending := p.pending
@@ -295,63 +387,77 @@ func (p *RedisPresence) retryLeaves(ctx context.Context) error {
 	return nil
 }
 
-// reapScript removes up to ARGV[2] memberships of a dead node and, once none are left,
-// forgets the node and deletes its other keys (KEYS[3:]). A node that heartbeated since it
-// was found dead (ZSCORE above ARGV[4]) is left alone. It returns {done, app, channel,
-// user, ...} for every user whose last socket went.
+// reapScript removes the given memberships (ARGV[3..], each as entry, socket, user) of a dead node and, once none are
+// left, forgets the node and deletes its other keys. KEYS are the node's membership set, the
+// node heartbeat set, then the sockets, counts and users hashes of each membership in turn,
+// then the node's other keys: every key arrives in KEYS, as Redis Cluster requires. A node
+// that heartbeated since it was found dead (ZSCORE above ARGV[2]) is left alone. A
+// membership another reaper already removed (SREM answers 0) is skipped, so concurrent
+// reapers remove each exactly once. It returns {done, i, ...}: the 1-based indexes of the
+// memberships whose user lost their last socket in the channel.
 var reapScript = redis.NewScript(`
-local score = redis.call('ZSCORE', KEYS[2], ARGV[3])
-if score and tonumber(score) > tonumber(ARGV[4]) then return {1} end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if score and tonumber(score) > tonumber(ARGV[2]) then return {1} end
 local out = {0}
-for _, e in ipairs(redis.call('SPOP', KEYS[1], tonumber(ARGV[2]))) do
-  local f, i = {}, 1
-  for _ = 1, 3 do
-    local j = string.find(e, '\0', i, true)
-    if not j then break end
-    table.insert(f, string.sub(e, i, j - 1))
-    i = j + 1
-  end
-  if #f == 3 then
-    local user, sfx = string.sub(e, i), f[2] .. ':' .. f[1]
-    local S, C = ARGV[1] .. 'ps:' .. sfx, ARGV[1] .. 'pc:' .. sfx
-    if redis.call('HGET', S, f[3]) == user then
-      redis.call('HDEL', S, f[3])
+local n = (#ARGV - 2) / 3
+for i = 1, n do
+  local e, socket, user = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
+  if redis.call('SREM', KEYS[1], e) == 1 then
+    local S, C, U = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
+    if redis.call('HGET', S, socket) == user then
+      redis.call('HDEL', S, socket)
       if redis.call('HINCRBY', C, user, -1) <= 0 then
         redis.call('HDEL', C, user)
-        redis.call('HDEL', ARGV[1] .. 'pu:' .. sfx, user)
-        table.insert(out, f[1]); table.insert(out, f[2]); table.insert(out, user)
+        redis.call('HDEL', U, user)
+        table.insert(out, i)
       end
     end
   end
 end
 if redis.call('SCARD', KEYS[1]) == 0 then
   out[1] = 1
-  redis.call('ZREM', KEYS[2], ARGV[3])
-  for k = 3, #KEYS do redis.call('DEL', KEYS[k]) end
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  for k = 3 * n + 3, #KEYS do redis.call('DEL', KEYS[k]) end
 end
 return out`)
 
 // nodeKeySuffixes are the per-node keys deleted with a reaped node, besides "presence".
-var nodeKeySuffixes = []string{"subs", "sockets"}
+var nodeKeySuffixes = []string{"subs", "sockets", "conns"}
 
 // Reap removes a node whose last heartbeat is not after cutoff, batch by batch, calling
 // OnGone for each user who left; it returns how many did. Survivors may reap the same node
-// concurrently: SPOP hands each membership to exactly one of them.
+// concurrently: the script's SREM hands each membership to exactly one of them.
 func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time) (int, error) {
-	keys := []string{p.NodeKey(node, "presence"), p.nodes()}
-	for _, s := range nodeKeySuffixes {
-		keys = append(keys, p.NodeKey(node, s))
-	}
+	set := p.NodeKey(node, "presence")
 	gone := 0
 	for {
-		res, err := reapScript.Run(ctx, p.rdb, keys, p.prefix, reapBatch, node, cutoff.UnixMilli()).Slice()
+		batch, err := p.rdb.SRandMemberN(ctx, set, reapBatch).Result()
 		if err != nil {
 			return gone, err
 		}
-		for i := 1; i+2 < len(res); i += 3 {
+		keys := []string{set, p.nodes()}
+		args := []any{node, cutoff.UnixMilli()}
+		for _, e := range batch {
+			app, ch, socket, user, _ := splitEntry(e)
+			keys = append(keys, p.sockets(app, ch), p.counts(app, ch), p.users(app, ch))
+			args = append(args, e, socket, user)
+		}
+		for _, s := range nodeKeySuffixes {
+			keys = append(keys, p.NodeKey(node, s))
+		}
+		res, err := reapScript.Run(ctx, p.rdb, keys, args...).Slice()
+		if err != nil {
+			return gone, err
+		}
+		for _, v := range res[1:] {
+			i, _ := v.(int64)
+			if i < 1 || int(i) > len(batch) {
+				continue
+			}
 			gone++
 			if p.onGone != nil {
-				p.onGone(res[i].(string), res[i+1].(string), res[i+2].(string))
+				app, ch, _, user, _ := splitEntry(batch[i-1])
+				p.onGone(app, ch, user)
 			}
 		}
 		if done, _ := res[0].(int64); done == 1 {

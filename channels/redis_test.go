@@ -51,8 +51,21 @@ func backends(t *testing.T) []backend {
 	} else {
 		t.Log("REVERBGO_TEST_REDIS_URL not set: real-Redis cases skipped")
 	}
+	if addrs := testenv.RedisClusterAddrs(t); addrs != nil {
+		out = append(out, backend{"cluster", func(t *testing.T) redis.UniversalClient {
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+			t.Cleanup(func() { _ = rdb.Close() })
+			return rdb
+		}})
+	} else {
+		t.Log("REVERBGO_TEST_REDIS_CLUSTER not set: Redis Cluster cases skipped")
+	}
 	return out
 }
+
+// testPrefix is a fresh key prefix per case (isolating cases on a shared real server) with
+// a hash tag, as the node's own prefix has, so every script's keys share a Cluster slot.
+func testPrefix() string { return "{test:" + uuid.NewString() + "}:" }
 
 // miniByTest is touched only from test goroutines of sequential (non-parallel) tests.
 var miniByTest = map[string]*miniredis.Miniredis{}
@@ -85,7 +98,7 @@ func TestRedisBroker(t *testing.T) {
 }
 
 func newRedisPresence(t *testing.T, rdb redis.UniversalClient, prefix, node string, ttl time.Duration, onGone func(app, ch, user string)) *channels.RedisPresence {
-	p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeID: node, NodeTTL: ttl, OnGone: onGone})
+	p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeID: node, NodeTimeout: ttl, OnGone: onGone})
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
@@ -94,7 +107,7 @@ func TestRedisPresence(t *testing.T) {
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
 			channelstest.RunPresence(t, func(t *testing.T) channels.PresenceStore {
-				return newRedisPresence(t, be.client(t), "test:"+uuid.NewString()+":", "", 0, nil)
+				return newRedisPresence(t, be.client(t), testPrefix(), "", 0, nil)
 			})
 		})
 	}
@@ -134,7 +147,7 @@ func TestRedisPresenceTwoNodes(t *testing.T) {
 	m := channels.Member{UserID: "u1", Info: []byte(`{"name":"a"}`)}
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			prefix := "test:" + uuid.NewString() + ":"
+			prefix := testPrefix()
 			a := newRedisPresence(t, be.client(t), prefix, "A", 0, nil)
 			b := newRedisPresence(t, be.client(t), prefix, "B", 0, nil)
 			steps := []struct {
@@ -172,10 +185,10 @@ func TestRedisPresenceReapsDeadNode(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			prefix := "test:" + uuid.NewString() + ":"
+			prefix := testPrefix()
 			const ttl = 300 * time.Millisecond
 			var g gone
-			dead := channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTTL: ttl})
+			dead := channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTimeout: ttl})
 			if err := dead.Heartbeat(ctx); err != nil { // one heartbeat, then silence: a crash
 				t.Fatal(err)
 			}
@@ -270,13 +283,13 @@ func TestRedisOccupancy(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			prefix := "test:" + uuid.NewString() + ":"
+			prefix := testPrefix()
 			const ttl = 600 * time.Millisecond
 			var regs [2]*channels.Registry
 			var occs [2]*channels.RedisOccupancy
 			var pres [2]*channels.RedisPresence
 			for i := range regs {
-				pres[i] = channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTTL: ttl})
+				pres[i] = channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: ttl})
 				occs[i] = channels.NewRedisOccupancy(pres[i], "private-toolmark.", nil)
 				t.Cleanup(occs[i].Close)
 				regs[i] = channels.NewRegistry(channels.Options{Presence: pres[i], Occupancy: occs[i]})
@@ -308,13 +321,80 @@ func TestRedisOccupancy(t *testing.T) {
 			if _, _, ok, _ := occs[0].Socket(ctx, "2.1"); ok {
 				t.Fatal("socket still indexed after its last indexed channel")
 			}
+			occs[0].SetConnections(func() map[string]int64 { return map[string]int64{"app": 1} })
+			occs[1].SetConnections(func() map[string]int64 { return map[string]int64{"app": 3, "app2": 1} })
+			waitUntil(t, "node B's connections seen from A", func() bool {
+				n, err := occs[0].RemoteConnections(ctx, "app")
+				return err == nil && n == 3
+			})
+			if n, err := occs[1].RemoteConnections(ctx, "app2"); err != nil || n != 0 {
+				t.Fatalf("app2 elsewhere: %d %v", n, err)
+			}
 			// Node B goes silent: A keeps heartbeating and stops counting B.
 			pres[0].Start()
 			t.Cleanup(func() { _ = pres[0].Close() })
 			waitUntil(t, "node B to drop out", func() bool {
 				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
-				return err == nil && n == 1
+				c, cerr := occs[0].RemoteConnections(ctx, "app")
+				return err == nil && n == 1 && cerr == nil && c == 0
 			})
+		})
+	}
+}
+
+// TestRedisCacheAcrossNodes: a cache channel's last event published through node A is
+// replayed by node B, an event through B replaces it for A, and a channel never published
+// on is a miss everywhere.
+func TestRedisCacheAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			prefix := testPrefix()
+			ch := "test:" + uuid.NewString()
+			var regs [2]*channels.Registry
+			for i := range regs {
+				rdb := be.client(t)
+				cache := channels.NewRedisCache(rdb, prefix)
+				b, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: ch, Cache: cache})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = b.Close() })
+				regs[i] = channels.NewRegistry(channels.Options{Broker: b, Cache: cache})
+				b.Start(regs[i].DeliverLocal)
+			}
+			last := func(r *channels.Registry) string {
+				f, ok, err := r.LastEvent(ctx, "app", "cache-news")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					return "<miss>"
+				}
+				return string(f)
+			}
+			if got := last(regs[1]); got != "<miss>" {
+				t.Fatalf("fresh channel: %q", got)
+			}
+			pub := func(r *channels.Registry, frame string, cacheable bool) {
+				if err := r.Publish(ctx, channels.Message{AppID: "app", Channel: "cache-news", Frame: []byte(frame), Cacheable: cacheable}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pub(regs[0], "one", true)
+			waitUntil(t, "node B to replay node A's event", func() bool { return last(regs[1]) == "one" })
+			pub(regs[1], "two", true)
+			waitUntil(t, "node A to replay node B's event", func() bool { return last(regs[0]) == "two" })
+			pub(regs[0], "internal", false) // pusher_internal and client events are never cached
+			pub(regs[0], "three", true)
+			waitUntil(t, "node B to see three", func() bool { return last(regs[1]) == "three" })
+			// A node that starts now never delivered it: its answer can only come from Redis.
+			rdb := be.client(t)
+			cache := channels.NewRedisCache(rdb, prefix)
+			late := channels.NewRegistry(channels.Options{Cache: cache})
+			if got := last(late); got != "three" {
+				t.Fatalf("a node started later replays %q", got)
+			}
 		})
 	}
 }

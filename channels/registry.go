@@ -38,7 +38,9 @@ type Registry struct {
 	presence PresenceStore
 	occ      Occupancy
 	cache    *cacheStore
-	sent     deliveryStats // broadcast fan-out counters (stats.go)
+	// remoteCache, when set, is the cluster's cache (see LastEvent in cache.go).
+	remoteCache CacheReader
+	sent        deliveryStats // broadcast fan-out counters (stats.go)
 }
 
 // Options wires the seams; nil Broker or Presence selects the in-memory one. Occupancy,
@@ -47,6 +49,8 @@ type Options struct {
 	Broker    Broker
 	Presence  PresenceStore
 	Occupancy Occupancy
+	// Cache, when set, answers cache channels' last events cluster-wide.
+	Cache CacheReader
 }
 
 // NewRegistry builds a registry. With Options.Broker nil, a MemoryBroker delivering to
@@ -61,6 +65,7 @@ func NewRegistry(opts Options) *Registry {
 		r.broker = NewMemoryBroker(r.DeliverLocal)
 	}
 	r.occ = opts.Occupancy
+	r.remoteCache = opts.Cache
 	r.presence = opts.Presence
 	if r.presence == nil {
 		r.presence = NewMemoryPresence()
@@ -156,16 +161,6 @@ func (r *Registry) Publish(ctx context.Context, m Message) error {
 	return r.broker.Publish(ctx, m)
 }
 
-// PublishNoWait delivers m on this node at once and hands it to the other nodes without
-// waiting for the network (AsyncPublisher), for callers that must never wait: the pollers
-// that read every socket. With a broker that cannot, it is Publish.
-func (r *Registry) PublishNoWait(m Message) error {
-	if a, ok := r.broker.(AsyncPublisher); ok {
-		return a.PublishAsync(m)
-	}
-	return r.broker.Publish(context.Background(), m)
-}
-
 // Remote reports whether presence or publishes may make network round trips (a cluster
 // broker or presence store), which callers that must never wait then run elsewhere.
 func (r *Registry) Remote() bool {
@@ -185,6 +180,20 @@ func (r *Registry) SubscribeWaits(name string) bool {
 // channels through to the network before returning.
 type Indexer interface {
 	Indexed(channel string) bool
+}
+
+// PublishAll publishes every message or, when the broker refuses, none (with a BatchBroker;
+// other brokers publish one by one and stop at the first error).
+func (r *Registry) PublishAll(ctx context.Context, ms []Message) error {
+	if bb, ok := r.broker.(BatchBroker); ok {
+		return bb.PublishAll(ctx, ms)
+	}
+	for _, m := range ms {
+		if err := r.broker.Publish(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DeliverLocal queues the frame on every local subscriber except m.Except and records it
@@ -213,11 +222,6 @@ func (r *Registry) DeliverLocal(m Message) int {
 	ch.mu.RUnlock()
 	r.sent.add(n, len(m.Frame))
 	return n
-}
-
-// CachedFrame returns the last frame published on a cache channel, if still fresh.
-func (r *Registry) CachedFrame(app, name string) ([]byte, bool) {
-	return r.cache.get(app, name)
 }
 
 // SubscriptionCount is the number of local sockets subscribed to the channel.

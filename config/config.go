@@ -54,14 +54,42 @@ type TLS struct {
 	Key  string `mapstructure:"key"`
 }
 
-// Scaling selects the distributed engine. Disabled means one process, memory only.
+// Scaling selects the distributed engine. Disabled means one process, memory only. Exactly
+// one of RedisURL, RedisSentinel and RedisCluster names the Redis when Enabled is true.
 type Scaling struct {
 	Enabled bool `mapstructure:"enabled"`
-	// Redis URL, e.g. redis://user:pass@127.0.0.1:6379/0.
+	// Redis URL of a standalone server, e.g. redis://user:pass@127.0.0.1:6379/0.
 	RedisURL string `mapstructure:"redis_url"`
-	// Channel is the pub/sub channel name prefix (default "reverb").
+	// RedisSentinel names a master behind Redis Sentinel (the client follows failovers).
+	RedisSentinel RedisSentinel `mapstructure:"redis_sentinel"`
+	// RedisCluster lists seed nodes of a Redis Cluster.
+	RedisCluster RedisCluster `mapstructure:"redis_cluster"`
+	// Channel is the pub/sub channel name and key namespace (default "reverb").
 	Channel string `mapstructure:"channel"`
+	// NodeTimeout is how many seconds after its last heartbeat a node is declared dead and its
+	// presence members and sockets are removed by the survivors (default 10).
+	NodeTimeout int `mapstructure:"node_timeout"`
 }
+
+// RedisSentinel is a Sentinel-managed master. Password authenticates to the master and its
+// replicas (the sentinels themselves are expected to run without a password).
+type RedisSentinel struct {
+	MasterName string   `mapstructure:"master_name"`
+	Addrs      []string `mapstructure:"addrs"`
+	Password   string   `mapstructure:"password"`
+}
+
+// Set reports whether any field is set (the topology was chosen).
+func (s RedisSentinel) Set() bool { return s.MasterName != "" || len(s.Addrs) > 0 || s.Password != "" }
+
+// RedisCluster is a Redis Cluster reached through any of its seed nodes.
+type RedisCluster struct {
+	Addrs    []string `mapstructure:"addrs"`
+	Password string   `mapstructure:"password"`
+}
+
+// Set reports whether any field is set (the topology was chosen).
+func (c RedisCluster) Set() bool { return len(c.Addrs) > 0 || c.Password != "" }
 
 // Console is the embedded debug console at {server.path}/console (off by default). Token is
 // the login secret; start-up refuses an enabled console without one.

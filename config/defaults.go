@@ -18,6 +18,7 @@ const (
 	DefaultCallTimeoutMS        = 30000
 	DefaultMaxTimeoutMS         = 600000
 	DefaultScalingChannel       = "reverb"
+	DefaultNodeTimeout          = 10
 	DefaultLogFormat            = "json"
 	DefaultLogLevel             = "info"
 )
@@ -51,6 +52,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Scaling.Channel == "" {
 		c.Scaling.Channel = DefaultScalingChannel
 	}
+	setInt(&c.Scaling.NodeTimeout, DefaultNodeTimeout)
 	for i := range c.Apps {
 		c.Apps[i].applyDefaults()
 	}

@@ -100,6 +100,37 @@ func TestEnvOverrides(t *testing.T) {
 					t.Errorf("%q", c.Scaling.RedisURL)
 				}
 			}},
+		{"REDIS_CLUSTER lists seeds; Laravel's REDIS_HOST is then ignored", minimal, map[string]string{
+			"REVERB_SCALING_ENABLED": "true", "REDIS_CLUSTER": "10.0.0.1:7000, 10.0.0.2:7001", "REDIS_HOST": "127.0.0.1",
+			"REDIS_PORT": "6379", "REDIS_PASSWORD": "pw",
+		}, func(t *testing.T, c *Config) {
+			rc := c.Scaling.RedisCluster
+			if c.Scaling.RedisURL != "" || len(rc.Addrs) != 2 || rc.Addrs[1] != "10.0.0.2:7001" || rc.Password != "pw" {
+				t.Errorf("%+v", c.Scaling)
+			}
+		}},
+		{"REDIS_CLUSTER=redis is Laravel's driver name, not a topology", minimal, map[string]string{
+			"REDIS_CLUSTER": "redis", "REDIS_HOST": "h",
+		}, func(t *testing.T, c *Config) {
+			if c.Scaling.RedisCluster.Set() || c.Scaling.RedisURL != "redis://h:6379" {
+				t.Errorf("%+v", c.Scaling)
+			}
+		}},
+		{"sentinel from env", minimal, map[string]string{
+			"REDIS_SENTINEL_HOST": "s1,s2:26380", "REDIS_SENTINEL_SERVICE": "main", "REDIS_PASSWORD": "pw", "REDIS_HOST": "127.0.0.1",
+		}, func(t *testing.T, c *Config) {
+			s := c.Scaling.RedisSentinel
+			if c.Scaling.RedisURL != "" || s.MasterName != "main" || s.Password != "pw" ||
+				len(s.Addrs) != 2 || s.Addrs[0] != "s1:26379" || s.Addrs[1] != "s2:26380" {
+				t.Errorf("%+v", c.Scaling)
+			}
+		}},
+		{"sentinel from file keeps REDIS_HOST out", "scaling: {enabled: true, redis_sentinel: {master_name: m, addrs: ['127.0.0.1:26379']}}\n" + minimal,
+			map[string]string{"REDIS_HOST": "127.0.0.1", "REDIS_PORT": "6379"}, func(t *testing.T, c *Config) {
+				if c.Scaling.RedisURL != "" || c.Scaling.NodeTimeout != 10 {
+					t.Errorf("%+v", c.Scaling)
+				}
+			}},
 		{"REDIS_HOST ipv6", minimal, map[string]string{"REDIS_HOST": "::1", "REDIS_USERNAME": "u"},
 			func(t *testing.T, c *Config) {
 				if c.Scaling.RedisURL != "redis://u@[::1]:6379" {

@@ -111,7 +111,8 @@ func (l lookupFunc) str(name string, dst *string) {
 // set the first app, creating it when the file defines none, so a Laravel .env alone is enough
 // to run one app. REDIS_URL replaces scaling.redis_url; otherwise REDIS_HOST, REDIS_PORT,
 // REDIS_USERNAME, REDIS_PASSWORD and REDIS_DB replace those parts of it (starting from
-// redis://127.0.0.1:6379 when the file has no URL), mirroring Reverb's scaling.server options.
+// redis://127.0.0.1:6379 when the file has no URL), mirroring Reverb's scaling.server options,
+// unless a Sentinel or Cluster topology is configured (see applyTopologyEnv).
 func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	l := lookupFunc(lookup)
 	l.str("REVERB_SERVER_HOST", &c.Server.Host)
@@ -182,10 +183,69 @@ func (c *Config) applyAppEnv(l lookupFunc) error {
 	return nil
 }
 
+// splitList splits a comma-separated environment value into trimmed, non-empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// applyTopologyEnv maps the Sentinel and Cluster variables. REDIS_CLUSTER is Laravel's name,
+// but Laravel sets it to the client-side driver ("redis" or "predis") by default, so only a
+// value that lists addresses (contains ':') selects scaling.redis_cluster. Sentinel uses the
+// names of the common Laravel Sentinel packages: REDIS_SENTINEL_HOST (comma-separated, each
+// host or host:port), REDIS_SENTINEL_PORT (default 26379) and REDIS_SENTINEL_SERVICE (the
+// master name, default "mymaster"). REDIS_PASSWORD then authenticates to the chosen topology.
+// It reports whether a Sentinel or Cluster topology is configured (file or environment).
+func (c *Config) applyTopologyEnv(l lookupFunc) (bool, error) {
+	sc := &c.Scaling
+	if s, ok := l.env("REDIS_CLUSTER"); ok && strings.Contains(s, ":") {
+		sc.RedisCluster.Addrs = splitList(s)
+	}
+	if s, ok := l.env("REDIS_SENTINEL_HOST"); ok {
+		port := "26379"
+		if p, ok := l.env("REDIS_SENTINEL_PORT"); ok {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return false, fmt.Errorf("REDIS_SENTINEL_PORT: %q is not a port number", p)
+			}
+			port = p
+		}
+		sc.RedisSentinel.Addrs = nil
+		for _, h := range splitList(s) {
+			if _, _, err := net.SplitHostPort(h); err != nil {
+				h = net.JoinHostPort(h, port)
+			}
+			sc.RedisSentinel.Addrs = append(sc.RedisSentinel.Addrs, h)
+		}
+		if sc.RedisSentinel.MasterName == "" {
+			sc.RedisSentinel.MasterName = "mymaster"
+		}
+	}
+	l.str("REDIS_SENTINEL_SERVICE", &sc.RedisSentinel.MasterName)
+	switch {
+	case sc.RedisCluster.Set():
+		l.str("REDIS_PASSWORD", &sc.RedisCluster.Password)
+	case sc.RedisSentinel.Set():
+		l.str("REDIS_PASSWORD", &sc.RedisSentinel.Password)
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
 func (c *Config) applyRedisEnv(l lookupFunc) error {
 	if s, ok := l.env("REDIS_URL"); ok {
 		c.Scaling.RedisURL = s
 		return nil
+	}
+	// A Laravel .env always carries REDIS_HOST and REDIS_PORT; with a Sentinel or Cluster
+	// topology they must not conjure up a standalone redis_url next to it.
+	if topo, err := c.applyTopologyEnv(l); err != nil || topo {
+		return err
 	}
 	host, hasHost := l.env("REDIS_HOST")
 	port, hasPort := l.env("REDIS_PORT")

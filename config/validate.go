@@ -3,8 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -117,8 +119,21 @@ func (c *Config) validateServer(v *validator) {
 
 func (c *Config) validateScaling(v *validator) {
 	sc := &c.Scaling
-	if sc.Enabled && sc.RedisURL == "" {
-		v.add("scaling.redis_url", "required when scaling.enabled is true (or set REDIS_URL or REDIS_HOST)")
+	var chosen []string
+	if sc.RedisURL != "" {
+		chosen = append(chosen, "scaling.redis_url")
+	}
+	if sc.RedisSentinel.Set() {
+		chosen = append(chosen, "scaling.redis_sentinel")
+	}
+	if sc.RedisCluster.Set() {
+		chosen = append(chosen, "scaling.redis_cluster")
+	}
+	switch {
+	case len(chosen) > 1:
+		v.add(chosen[1], "set exactly one of scaling.redis_url, scaling.redis_sentinel, scaling.redis_cluster (got %s)", strings.Join(chosen, " and "))
+	case sc.Enabled && len(chosen) == 0:
+		v.add("scaling.redis_url", "required when scaling.enabled is true (or scaling.redis_sentinel / scaling.redis_cluster; or set REDIS_URL or REDIS_HOST)")
 	}
 	if sc.RedisURL != "" {
 		u, err := url.Parse(sc.RedisURL)
@@ -130,8 +145,37 @@ func (c *Config) validateScaling(v *validator) {
 			v.add("scaling.redis_url", "scheme must be redis, rediss or unix, got %q", u.Scheme)
 		}
 	}
+	if sc.RedisSentinel.Set() {
+		if sc.RedisSentinel.MasterName == "" {
+			v.add("scaling.redis_sentinel.master_name", "must not be empty")
+		}
+		checkAddrs(v, "scaling.redis_sentinel.addrs", sc.RedisSentinel.Addrs)
+	}
+	if sc.RedisCluster.Set() {
+		checkAddrs(v, "scaling.redis_cluster.addrs", sc.RedisCluster.Addrs)
+	}
 	if sc.Enabled && sc.Channel == "" {
 		v.add("scaling.channel", "must not be empty when scaling is enabled")
+	}
+	if sc.Channel != "" && strings.ContainsAny(sc.Channel, "{}") {
+		// The channel goes inside the Redis Cluster hash tag of every key.
+		v.add("scaling.channel", "must not contain { or }, got %q", sc.Channel)
+	}
+	if sc.NodeTimeout < 2 || sc.NodeTimeout > 3600 {
+		v.add("scaling.node_timeout", "must be between 2 and 3600 seconds, got %d", sc.NodeTimeout)
+	}
+}
+
+// checkAddrs requires a non-empty list of host:port addresses.
+func checkAddrs(v *validator, key string, addrs []string) {
+	if len(addrs) == 0 {
+		v.add(key, "must list at least one host:port")
+	}
+	for i, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			v.add(fmt.Sprintf("%s[%d]", key, i), "must be host:port, got %q", a)
+		}
 	}
 }
 

@@ -174,10 +174,14 @@ func (s *Server) handleEvents(c echo.Context) error {
 		return apiError(c, herr.status, herr.message)
 	}
 	ctx := c.Request().Context()
+	ms := make([]channels.Message, len(chans))
+	for i, ch := range chans {
+		ms[i] = s.eventMessage(app.cfg.ID, ch, ev.Name, data, ev.SocketID)
+	}
+	if err := s.publishAll(ctx, ms); err != nil {
+		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+	}
 	for _, ch := range chans {
-		if err := s.publish(ctx, app.cfg.ID, ch, ev.Name, data, ev.SocketID); err != nil {
-			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
-		}
 		s.observeTrigger(app.cfg.ID, ObservedAPI, ch, ev.Name, data, ev.SocketID)
 	}
 	if ev.Info == "" {
@@ -221,12 +225,17 @@ func (s *Server) handleBatch(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	withInfo := false
+	ms := make([]channels.Message, len(ready))
 	for i, p := range ready {
 		ev := req.Batch[i]
 		withInfo = withInfo || ev.Info != ""
-		if err := s.publish(ctx, app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID); err != nil {
-			return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
-		}
+		ms[i] = s.eventMessage(app.cfg.ID, p.chans[0], ev.Name, p.data, ev.SocketID)
+	}
+	if err := s.publishAll(ctx, ms); err != nil {
+		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+	}
+	for i, p := range ready {
+		ev := req.Batch[i]
 		s.observeTrigger(app.cfg.ID, ObservedAPI, p.chans[0], ev.Name, p.data, ev.SocketID)
 	}
 	if !withInfo {
@@ -368,5 +377,5 @@ func (t terminator) Send(frame []byte) {
 }
 
 func (s *Server) handleConnections(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]int{"connections": s.ConnectionCount(appOf(c).cfg.ID)})
+	return c.JSON(http.StatusOK, map[string]int{"connections": s.clusterConnections(c.Request().Context(), appOf(c).cfg.ID)})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/channels"
@@ -19,7 +20,8 @@ const (
 // handle dispatches one client frame. Bad input gets a pusher:error; the socket stays open.
 // It runs on the goroutine that reads the socket (a poller, or readLoop): what may wait on
 // Redis is handed to the connection's task goroutine (tasks.go), and while that has work,
-// every request but a ping waits behind it so that requests take effect in order.
+// every request (a ping too) waits behind it, so requests take effect in the order sent
+// and a pong proves that everything before the ping was handled.
 func (c *Conn) handle(raw []byte) {
 	c.observeIn()
 	c.app.stats.clientMessages.Add(1)
@@ -28,11 +30,7 @@ func (c *Conn) handle(raw []byte) {
 		c.sendError(codeInvalidMessage, "Invalid message format")
 		return
 	}
-	switch m.Event {
-	case "pusher:ping":
-		c.Send(pongFrame)
-		return
-	case "pusher:pong":
+	if m.Event == "pusher:pong" {
 		return // activity was recorded by the read loop
 	}
 	if c.srv.remote && c.tasksBusy() {
@@ -54,6 +52,8 @@ func (c *Conn) handle(raw []byte) {
 // context (with its deadline) on the task goroutine.
 func (c *Conn) dispatch(ctx context.Context, m ClientMessage) {
 	switch m.Event {
+	case "pusher:ping":
+		c.Send(pongFrame)
 	case "pusher:subscribe":
 		c.subscribe(ctx, m.Data)
 	case "pusher:unsubscribe":
@@ -185,9 +185,13 @@ func (c *Conn) subscribeChannel(name string, kind channels.Kind) {
 		frames = [][]byte{session, frames[0]}
 	}
 	if kind.IsCache() {
-		frames = append(frames, c.cacheReplay(name))
+		// With scaling the last event is read from Redis: off this goroutine (it reads every
+		// socket of its poller); the barrier keeps subscription_succeeded and the replay
+		// ahead of the channel's later events.
+		go func() { b.release(append(frames, c.cacheReplay(name))...) }()
+	} else {
+		b.release(frames...)
 	}
-	b.release(frames...)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {
 		c.srv.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
@@ -245,7 +249,7 @@ func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Me
 	// for a member already in its own list.
 	if first {
 		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
-		_ = s.publishNoWait(cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
+		_ = s.publish(context.Background(), cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
 	}
 	b.release(frames...)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
@@ -296,8 +300,15 @@ func subscribedFrame(name, data string) []byte {
 	return EventFrame("pusher_internal:subscription_succeeded", name, data)
 }
 
+// cacheReplayTimeout bounds the cluster read of a cache channel's last event; when Redis
+// cannot answer in time the node's own copy decides.
+const cacheReplayTimeout = time.Second
+
 func (c *Conn) cacheReplay(name string) []byte {
-	if f, ok := c.srv.reg.CachedFrame(c.app.cfg.ID, name); ok {
+	ctx, cancel := context.WithTimeout(context.Background(), cacheReplayTimeout)
+	f, ok, _ := c.srv.reg.LastEvent(ctx, c.app.cfg.ID, name)
+	cancel()
+	if ok {
 		return f
 	}
 	if c.srv.wants(c.app.cfg.ID, "cache_miss") {
@@ -375,7 +386,7 @@ func (c *Conn) leave(ctx context.Context, name string, sub subscription) {
 		last, err := s.reg.Presence().Leave(ctx, appID, name, c.socketID, sub.userID)
 		if err == nil && last {
 			removed := `{"user_id":` + string(appendJSONString(nil, sub.userID)) + `}`
-			_ = s.publishNoWait(appID, name, "pusher_internal:member_removed", removed, c.socketID)
+			_ = s.publish(context.Background(), appID, name, "pusher_internal:member_removed", removed, c.socketID)
 			if s.wants(appID, "member_removed") {
 				s.emit(appID, map[string]any{"name": "member_removed", "channel": name, "user_id": sub.userID})
 			}
@@ -433,9 +444,9 @@ func (c *Conn) clientEvent(m ClientMessage) {
 	payload := AppendEvent(make([]byte, 0, len(m.Event)+len(m.Channel)+len(data)+64), m.Event, m.Channel, data, sub.userID, true)
 	frame := TextFrame(payload)
 	c.app.stats.published.Add(1)
-	// Local subscribers get it at once; other nodes through the broker's queue: the reading
-	// goroutine never waits for Redis.
-	_ = c.srv.reg.PublishNoWait(channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
+	// Local subscribers get it at once, other nodes through the broker's queue: Publish never
+	// waits for Redis (channels.Broker), so the reading goroutine does not either.
+	_ = c.srv.reg.Publish(context.Background(), channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
 	c.observeClientEvent(m.Channel, m.Event, data) // the console taps it whether or not a webhook wants it
 	if !c.srv.wants(cfg.ID, "client_event") {
 		return

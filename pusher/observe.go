@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sync/atomic"
@@ -148,8 +149,16 @@ func (s *Server) Trigger(ctx context.Context, appID, channel, event string, data
 	if app == nil {
 		return &TriggerError{http.StatusNotFound, "Unknown app"}
 	}
-	ev := triggerEvent{Name: event, Channel: channel, Data: string(data), HasData: true}
-	chans, payload, herr := s.prepare(app, &ev)
+	// The same typed decoding as a POST body's fields: data is a JSON string.
+	raw := rawEvent{Name: mustRawString(event), Channel: mustRawString(channel), Data: data}
+	if len(data) == 0 {
+		raw.Data = nil
+	}
+	ev, herr := raw.event("")
+	if herr != nil {
+		return &TriggerError{herr.status, herr.message}
+	}
+	chans, payload, herr := s.prepare(app, ev)
 	if herr != nil {
 		return &TriggerError{herr.status, herr.message}
 	}
@@ -170,3 +179,6 @@ func AsTriggerError(err error) (*TriggerError, bool) {
 	ok := errors.As(err, &te)
 	return te, ok
 }
+
+// mustRawString encodes s as a JSON string value.
+func mustRawString(s string) json.RawMessage { return appendJSONString(nil, s) }

@@ -59,6 +59,8 @@ type ClusterView interface {
 	// Socket finds an indexed (toolmark) socket on any node: its app and indexed channels,
 	// each mapped to its credential hash ("" when none, see CredentialIndex).
 	Socket(ctx context.Context, socketID string) (app string, subs map[string]string, ok bool, err error)
+	// RemoteConnections counts the app's sockets on every other live node.
+	RemoteConnections(ctx context.Context, app string) (int, error)
 }
 
 // Server holds every app's sockets and channels on this node.
@@ -167,6 +169,18 @@ func (s *Server) ConnectionCount(appID string) int {
 	return 0
 }
 
+// clusterConnections is the app's open sockets over the cluster: this node's exact count
+// plus the other live nodes' last batches; this node's alone when Redis cannot answer.
+func (s *Server) clusterConnections(ctx context.Context, appID string) int {
+	n := s.ConnectionCount(appID)
+	if s.cluster != nil {
+		if remote, err := s.cluster.RemoteConnections(ctx, appID); err == nil {
+			n += remote
+		}
+	}
+	return n
+}
+
 // clusterTimeout bounds one cluster-wide read.
 const clusterTimeout = 2 * time.Second
 
@@ -224,21 +238,23 @@ func (s *Server) Publish(appID, channel, event string, data []byte) error {
 }
 
 func (s *Server) publish(ctx context.Context, appID, channel, event, data, except string) error {
-	s.observeOut(appID)
-	s.countPublished(appID, event)
-	frame := EventFrame(event, channel, data)
-	cacheable := !strings.HasPrefix(event, "pusher_internal:")
-	return s.reg.Publish(ctx, channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
+	return s.reg.Publish(ctx, s.eventMessage(appID, channel, event, data, except))
 }
 
-// publishNoWait is publish for callers that must not wait on Redis: this node's subscribers
-// get the event at once, other nodes through the broker's queue (Registry.PublishNoWait).
-func (s *Server) publishNoWait(appID, channel, event, data, except string) error {
+// eventMessage encodes one event for the broker (and counts it as published).
+func (s *Server) eventMessage(appID, channel, event, data, except string) channels.Message {
 	s.observeOut(appID)
 	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
-	return s.reg.PublishNoWait(channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
+	return channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable}
+}
+
+// publishAll publishes the messages of one HTTP request all or nothing: with scaling, a
+// refused publish (Redis backlog full) delivers none of them, so the 503 the caller gets
+// never follows a local delivery and its retry duplicates nothing.
+func (s *Server) publishAll(ctx context.Context, ms []channels.Message) error {
+	return s.reg.PublishAll(ctx, ms)
 }
 
 // MemberGone announces that a user left a presence channel without a local Leave saying so:

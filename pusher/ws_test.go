@@ -316,6 +316,9 @@ func TestSubscriptionSucceededPrecedesEvents(t *testing.T) {
 		wg.Add(1)
 		go func() { // publish on the channel without pause while the client subscribes
 			defer wg.Done()
+			// Bursts of 50 with a 1 ms pause: a flood during the subscribe, but bounded
+			// (about 50k events/s) so a reader slowed by a loaded machine is not cut off as a
+			// slow consumer (4100) before it has read subscription_succeeded.
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -323,6 +326,9 @@ func TestSubscriptionSucceededPrecedesEvents(t *testing.T) {
 				default:
 				}
 				_ = ts.s.Publish(testAppID, ch, "tick", []byte(strconv.Itoa(n)))
+				if n%50 == 49 {
+					time.Sleep(time.Millisecond)
+				}
 			}
 		}()
 		c := ts.connect(t)

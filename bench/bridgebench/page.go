@@ -29,6 +29,7 @@ type page struct {
 	channel  string
 	clientID string
 	socketID string
+	token    string // the page token from toolmark.session ("" with page_auth socket_id)
 	ws       *websocket.Conn
 	wmu      sync.Mutex // websocket writes (subscribe, pong)
 }
@@ -106,8 +107,27 @@ func (r *runner) connect(ctx context.Context, p *page) error {
 	if err := ws.WriteMessage(websocket.TextMessage, sub); err != nil {
 		return fmt.Errorf("page %d: subscribe: %w", p.idx, err)
 	}
-	if _, err := readUntil(ws, "pusher_internal:subscription_succeeded", p.channel, 10); err != nil {
-		return fmt.Errorf("page %d: subscribe %s: %w", p.idx, p.channel, err)
+	// With toolmark.page_auth token (the default) the page token arrives as toolmark.session
+	// just before subscription_succeeded; page POSTs carry it as X-Toolmark-Token.
+	subscribed := false
+	for i := 0; i < 10 && !subscribed; i++ {
+		ev, err := readUntil(ws, "", p.channel, 10)
+		if err != nil {
+			return fmt.Errorf("page %d: subscribe %s: %w", p.idx, p.channel, err)
+		}
+		if ev.Event == "toolmark.session" {
+			var s struct {
+				Token string `json:"token"`
+			}
+			if json.Unmarshal([]byte(ev.dataString()), &s) != nil || s.Token == "" {
+				return fmt.Errorf("page %d: bad toolmark.session %s", p.idx, ev.Data)
+			}
+			p.token = s.Token
+		}
+		subscribed = ev.Event == "pusher_internal:subscription_succeeded"
+	}
+	if !subscribed {
+		return fmt.Errorf("page %d: no subscription_succeeded on %s", p.idx, p.channel)
 	}
 	_ = ws.SetReadDeadline(time.Time{})
 	_ = ws.SetWriteDeadline(time.Time{})
@@ -130,7 +150,8 @@ func (r *runner) connect(ctx context.Context, p *page) error {
 }
 
 // readUntil reads frames until event (on channel, if set) arrives; pusher:error and
-// subscription errors end it. At most n frames are read.
+// subscription errors end it; an empty event matches any event on channel. At most n frames
+// are read.
 func readUntil(ws *websocket.Conn, event, channel string, n int) (*wsEvent, error) {
 	for range n {
 		_, b, err := ws.ReadMessage()
@@ -142,7 +163,7 @@ func readUntil(ws *websocket.Conn, event, channel string, n int) (*wsEvent, erro
 			return nil, fmt.Errorf("bad frame %q", b)
 		}
 		switch {
-		case ev.Event == event && (channel == "" || ev.Channel == channel):
+		case (event == "" || ev.Event == event) && (channel == "" || ev.Channel == channel):
 			return &ev, nil
 		case ev.Event == "pusher:error", ev.Event == "pusher:subscription_error":
 			return nil, fmt.Errorf("%s: %s", ev.Event, ev.Data)
@@ -162,6 +183,9 @@ func (r *runner) pagePost(ctx context.Context, p *page, body []byte) (int, strin
 	h["Accept"] = []string{"application/json"}
 	h["X-Requested-With"] = []string{"XMLHttpRequest"}
 	h["X-Socket-Id"] = []string{p.socketID}
+	if p.token != "" {
+		h["X-Toolmark-Token"] = []string{p.token}
+	}
 	resp, err := r.pageClient.Do(req)
 	if err != nil {
 		return 0, "", err

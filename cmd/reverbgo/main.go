@@ -195,7 +195,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	hooks.SetApps(cfg.Apps)
 	opts.Webhooks = emitter{hooks}
 	if cl != nil {
-		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ})
+		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ, Cache: cl.cache})
 		opts.Health = cl.health
 		opts.Cluster = cl.occ
 		store, feed = cl.store, cl.feed
@@ -212,7 +212,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	srv := pusher.NewServer(opts)
 	hooks.SetCounter(srv.SubscriptionCount)
 	if cl != nil {
-		cl.start(opts.Registry, srv.MemberGone)
+		cl.start(opts.Registry, srv)
 	}
 	br := bridge.New(bridge.Options{
 		Store:     store,

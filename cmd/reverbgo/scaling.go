@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,20 +12,23 @@ import (
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/pusher"
 )
 
 // cluster is what scaling.enabled adds to a node: one Redis client shared by the broker,
 // the presence store and the bridge store. Without it the same binary runs one node on
 // the in-memory implementations.
 type cluster struct {
-	rdb      *redis.Client
-	addr     string
+	rdb      redis.UniversalClient
+	addr     string // the topology, for logs (no password)
 	node     string
 	prefix   string // of every key this cluster keeps in Redis
 	broker   *channels.RedisBroker
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
 	store    *bridge.RedisStore
+	cache    *channels.RedisCache
+	apps     []string
 	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
 	// gone is set to the pusher server's MemberGone before presence.Start.
 	gone func(app, channel, user string)
@@ -35,37 +39,70 @@ type cluster struct {
 // Once running, a node survives outages (it serves its own sockets and reconnects).
 const startupTimeout = 5 * time.Second
 
-// newCluster connects to scaling.redis_url and builds the cluster seams under one prefix
+// redisClient builds the client for the configured topology: a plain client for
+// scaling.redis_url, a Sentinel failover client (it asks the sentinels for the master and
+// follows +switch-master) or a Redis Cluster client. The description is for logs. Every
+// client honours context deadlines (ContextTimeoutEnabled), so a caller's deadline bounds a
+// round trip to a Redis that stopped answering, not only go-redis's own 3 s read timeout.
+func redisClient(sc config.Scaling) (redis.UniversalClient, string, error) {
+	switch {
+	case sc.RedisSentinel.Set():
+		s := sc.RedisSentinel
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: s.MasterName, SentinelAddrs: s.Addrs, Password: s.Password, ContextTimeoutEnabled: true,
+		}), "sentinel " + s.MasterName + "@" + strings.Join(s.Addrs, ","), nil
+	case sc.RedisCluster.Set():
+		c := sc.RedisCluster
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Password: c.Password, ContextTimeoutEnabled: true}),
+			"cluster " + strings.Join(c.Addrs, ","), nil
+	default:
+		opt, err := redis.ParseURL(sc.RedisURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("scaling.redis_url: %w", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		return redis.NewClient(opt), opt.Addr, nil
+	}
+}
+
+// KeyPrefix is the namespace of every key a cluster keeps in Redis. The braces are a Redis
+// Cluster hash tag: every key of one cluster lands in one slot, so the Lua scripts that touch
+// several keys at once (presence join/leave/reap, the bridge's claims) run on Redis Cluster,
+// and two clusters sharing a Redis with different scaling.channel never meet.
+func KeyPrefix(channel string) string { return "{" + channels.DefaultRedisPrefix + channel + "}:" }
+
+// newCluster connects to the configured Redis and builds the cluster seams under one prefix
 // derived from scaling.channel, so two clusters may share a Redis with different channels.
 func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
-	opt, err := redis.ParseURL(cfg.Scaling.RedisURL)
+	rdb, addr, err := redisClient(cfg.Scaling)
 	if err != nil {
-		return nil, fmt.Errorf("scaling.redis_url: %w", err)
+		return nil, err
 	}
-	// Deadlines from the callers' contexts bound every round trip (go-redis otherwise only
-	// applies its 3 s read timeout, retried): a silent Redis costs a presence join its
-	// deadline, not 10 s.
-	opt.ContextTimeoutEnabled = true
-	c := &cluster{rdb: redis.NewClient(opt), addr: opt.Addr, node: channels.NewNodeID()}
+	c := &cluster{rdb: rdb, addr: addr, node: channels.NewNodeID()}
+	for i := range cfg.Apps {
+		c.apps = append(c.apps, cfg.Apps[i].ID)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), startupTimeout)
 	defer cancel()
 	if err := c.rdb.Ping(ctx).Err(); err != nil {
 		_ = c.rdb.Close()
-		return nil, fmt.Errorf("scaling is enabled but Redis at %s is unreachable: %w", opt.Addr, err)
+		return nil, fmt.Errorf("scaling is enabled but Redis (%s) is unreachable: %w", addr, err)
 	}
 	channel := cfg.Scaling.Channel
 	if channel == "" {
 		channel = channels.DefaultScalingChannel
 	}
-	prefix := channels.DefaultRedisPrefix + channel + ":"
+	prefix := KeyPrefix(channel)
 	c.prefix = prefix
-	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{Channel: channel, NodeID: c.node, Logger: logger}); err != nil {
+	c.cache = channels.NewRedisCache(c.rdb, prefix)
+	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{Channel: channel, NodeID: c.node, Logger: logger, Cache: c.cache}); err != nil {
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: subscribing to %q: %w", channel, err)
 	}
 	c.presence = channels.NewRedisPresence(c.rdb, channels.RedisPresenceOptions{
 		Prefix: prefix, NodeID: c.node, Logger: logger,
+		NodeTimeout: time.Duration(cfg.Scaling.NodeTimeout) * time.Second,
 		OnGone: func(app, ch, user string) {
 			if c.gone != nil {
 				c.gone(app, ch, user)
@@ -92,10 +129,18 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	return c, nil
 }
 
-// start begins delivering cluster messages into reg and heartbeating; gone announces
-// members the presence store removed on its own (reaped nodes, retried leaves).
-func (c *cluster) start(reg *channels.Registry, gone func(app, channel, user string)) {
-	c.gone = gone
+// start begins delivering cluster messages into reg and heartbeating; the server announces
+// members the presence store removed on its own (reaped nodes, retried leaves) and gives
+// its connection counts to the occupancy batch (for the cluster-wide /connections).
+func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
+	c.gone = srv.MemberGone
+	c.occ.SetConnections(func() map[string]int64 {
+		out := make(map[string]int64, len(c.apps))
+		for _, app := range c.apps {
+			out[app] = int64(srv.ConnectionCount(app))
+		}
+		return out
+	})
 	c.broker.Start(reg.DeliverLocal)
 	c.presence.Start()
 }

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Finds the knee of a three-node reverbgo cluster on one Redis: the highest sustained rate of
+# HTTP API publishes, spread round-robin over the nodes, that subscribers on every node get
+# with p99 delivery latency under 100 ms and nothing lost (bench/clusterbench does the load
+# and the measuring; see its doc comment for the method).
+#
+#   bench/cluster.sh
+#
+# Environment: TOPOLOGY (standalone | sentinel | cluster; default standalone, started by
+# scripts/redis-topologies.sh), NODES (3), SUBS (300), CHANNELS (30), RATES
+# ("500,1000,2000,5000,10000,20000,40000"), STEP (10s), P99_MS (100), BENCH_OUT (results
+# folder; default a new mktemp -d). Nodes are pinned round-robin to the cores (one core each
+# when there are enough, GOMAXPROCS=1), Redis and the load tool to the last core. Only
+# 127.0.0.1 is targeted; everything started here is stopped on exit (and every node stops by
+# itself after LIFETIME seconds).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+TOPOLOGY=${TOPOLOGY:-standalone}
+NODES=${NODES:-3}
+SUBS=${SUBS:-300}
+CHANNELS=${CHANNELS:-30}
+RATES=${RATES:-500,1000,2000,5000,10000,20000,40000}
+STEP=${STEP:-10s}
+P99_MS=${P99_MS:-100}
+LIFETIME=${LIFETIME:-1800}
+BENCH_OUT=${BENCH_OUT:-$(mktemp -d -t reverbgo-cluster-bench.XXXXXX)}
+echo "cluster.sh: results in $BENCH_OUT" >&2
+ulimit -n "$(ulimit -Hn)"
+cores=$(nproc)
+last=$((cores - 1))
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  "$root/scripts/redis-topologies.sh" stop "$BENCH_OUT/redis" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+(cd "$root" && CGO_ENABLED=0 go build -o "$BENCH_OUT/reverbgo" ./cmd/reverbgo && go build -o "$BENCH_OUT/clusterbench" ./bench/clusterbench)
+
+eval "$("$root/scripts/redis-topologies.sh" start "$TOPOLOGY" "$BENCH_OUT/redis")"
+while read -r f; do taskset -pc "$last" "$(cat "$f")" >/dev/null; done <"$BENCH_OUT/redis/pids"
+case "$TOPOLOGY" in
+  standalone) scaling="redis_url: \"$REDIS_URL\"" ;;
+  sentinel) scaling="redis_sentinel: {master_name: $SENTINEL_MASTER, addrs: [\"${SENTINEL_ADDRS//,/\",\"}\"]}" ;;
+  cluster) scaling="redis_cluster: {addrs: [\"${CLUSTER_ADDRS//,/\",\"}\"]}" ;;
+esac
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+ports=()
+for i in $(seq 0 $((NODES - 1))); do
+  port=$(free_port)
+  cat >"$BENCH_OUT/node$i.yaml" <<YAML
+server: {host: 127.0.0.1, port: $port}
+apps:
+  - {app_id: bench, key: bench-key, secret: bench-secret, client_event_rate_limit: 0}
+scaling: {enabled: true, $scaling, channel: bench}
+YAML
+  GOMAXPROCS=1 taskset -c $((i % cores)) timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
+    --config "$BENCH_OUT/node$i.yaml" --log-level warn >"$BENCH_OUT/node$i.log" 2>&1 </dev/null &
+  pids+=($!)
+  ports+=("$port")
+done
+for port in "${ports[@]}"; do
+  for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$port/up" >/dev/null 2>&1 && break; sleep 0.1; done
+  curl -fsS "http://127.0.0.1:$port/up" >/dev/null || { echo "cluster.sh: node on $port did not come up" >&2; exit 1; }
+done
+
+csv=$(IFS=,; echo "${ports[*]}")
+echo "cluster.sh: $NODES nodes on $csv ($TOPOLOGY Redis), subscribers $SUBS on $CHANNELS channels" >&2
+set +e
+GOMAXPROCS=1 taskset -c "$last" "$BENCH_OUT/clusterbench" --ports "$csv" --app-id bench --key bench-key --secret bench-secret \
+  --subs "$SUBS" --channels "$CHANNELS" --rates "$RATES" --step "$STEP" --p99-ms "$P99_MS" | tee "$BENCH_OUT/clusterbench.log"
+status=${PIPESTATUS[0]}
+set -e
+tail -1 "$BENCH_OUT/clusterbench.log" >"$BENCH_OUT/summary.json"
+echo "cluster.sh: summary in $BENCH_OUT/summary.json" >&2
+exit "$status"

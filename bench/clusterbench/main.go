@@ -1,0 +1,339 @@
+// Command clusterbench finds the knee of a reverbgo cluster: the highest sustained rate of
+// HTTP API publishes, spread round-robin over every node, that subscribers on every node
+// receive with p99 delivery latency under --p99-ms and nothing lost.
+//
+// It opens --subs WebSocket subscribers spread over the nodes (subscriber i on node i%N,
+// channel bench-<nonce>-<i%C>), then offers each rate of --rates for --step: publish m goes
+// to channel m%C through node m%N as a signed POST /apps/{id}/events whose data carries
+// "cbx:<nonce>:<m>:<send_ns>" (one monotonic clock in this process). After each step it
+// waits --drain for stragglers and reports offered and achieved publishes/s, deliveries/s,
+// latency percentiles (every delivery, nearest rank), lost (expected from the subscriber
+// count of each publish answered 200), duplicates and HTTP errors. The knee is the highest
+// step that met the bounds; the run stops at the first step that does not.
+//
+//	clusterbench --ports 16411,16412,16413 --app-id bench --key bench-key --secret bench-secret \
+//	    --subs 300 --channels 30 --rates 500,1000,2000,5000,10000,20000 --step 10s
+//
+// Loopback only. Readable lines first, then one JSON summary as the last line. Exit status:
+// 0 ok (a knee was found), 1 could not run, 2 no step met the bounds.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/reverbgo/reverbgo/auth"
+)
+
+type step struct {
+	Offered       int     `json:"offered_per_s"`
+	Published     int     `json:"published"`
+	PublishPerS   float64 `json:"publishes_per_s"`
+	Deliveries    int64   `json:"deliveries"`
+	DeliveryPerS  float64 `json:"deliveries_per_s"`
+	P50MS         float64 `json:"p50_ms"`
+	P99MS         float64 `json:"p99_ms"`
+	MaxMS         float64 `json:"max_ms"`
+	Lost          int64   `json:"lost"`
+	Duplicates    int64   `json:"duplicates"`
+	HTTPErrors    int64   `json:"http_errors"`
+	ScheduleLagMS float64 `json:"max_schedule_lag_ms"`
+	OK            bool    `json:"ok"`
+}
+
+type delivery struct {
+	sub int
+	id  int64
+}
+
+type bench struct {
+	host, appID, key, secret, nonce string
+	ports                           []int
+	channels                        int
+	subsPerChannel                  []int
+	start                           time.Time
+	client                          *http.Client
+
+	mu        sync.Mutex
+	latencies []time.Duration
+	seen      map[delivery]struct{} // (subscriber, publish id) pairs received
+	dups      int64
+	expected  atomic.Int64
+	errors    atomic.Int64
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	host := flag.String("host", "127.0.0.1", "nodes' host (loopback only)")
+	portsFlag := flag.String("ports", "16411,16412,16413", "comma-separated node ports")
+	appID := flag.String("app-id", "bench", "app id")
+	key := flag.String("key", "bench-key", "app key")
+	secret := flag.String("secret", "bench-secret", "app secret")
+	subs := flag.Int("subs", 300, "subscribers, spread over the nodes")
+	chans := flag.Int("channels", 30, "channels (subscriber i joins channel i%C)")
+	ratesFlag := flag.String("rates", "500,1000,2000,5000,10000,20000", "publishes/s per step, ascending")
+	stepDur := flag.Duration("step", 10*time.Second, "duration of each step")
+	drain := flag.Duration("drain", 2*time.Second, "wait after each step for late deliveries")
+	p99 := flag.Float64("p99-ms", 100, "p99 delivery latency bound")
+	workers := flag.Int("concurrency", 256, "HTTP requests in flight at most")
+	timeout := flag.Duration("timeout", 10*time.Minute, "hard limit for the whole run")
+	flag.Parse()
+
+	if ip := net.ParseIP(*host); ip == nil || !ip.IsLoopback() {
+		fmt.Fprintln(os.Stderr, "clusterbench: --host must be a loopback address")
+		return 1
+	}
+	var ports []int
+	for _, p := range strings.Split(*portsFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 65535 {
+			fmt.Fprintln(os.Stderr, "clusterbench: bad port", p)
+			return 1
+		}
+		ports = append(ports, n)
+	}
+	var rates []int
+	for _, r := range strings.Split(*ratesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n < 1 {
+			fmt.Fprintln(os.Stderr, "clusterbench: bad rate", r)
+			return 1
+		}
+		rates = append(rates, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	b := &bench{
+		host: *host, appID: *appID, key: *key, secret: *secret, ports: ports, channels: *chans,
+		nonce: strconv.FormatInt(time.Now().UnixNano()%1e9, 36), start: time.Now(), seen: map[delivery]struct{}{},
+		subsPerChannel: make([]int, *chans),
+		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			MaxIdleConnsPerHost: *workers, MaxConnsPerHost: *workers, IdleConnTimeout: time.Minute,
+		}},
+	}
+	conns, err := b.subscribe(ctx, *subs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clusterbench:", err)
+		return 1
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	fmt.Printf("clusterbench: %d subscribers on %d nodes, %d channels\n", *subs, len(ports), *chans)
+	var steps []step
+	knee := 0
+	for _, rate := range rates {
+		if ctx.Err() != nil {
+			break
+		}
+		s := b.step(ctx, rate, *stepDur, *drain, *workers)
+		s.OK = s.Lost == 0 && s.Duplicates == 0 && s.HTTPErrors == 0 && s.P99MS <= *p99 && s.PublishPerS >= 0.95*float64(rate)
+		steps = append(steps, s)
+		fmt.Printf("rate %6d/s: published %.0f/s, deliveries %.0f/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, lost %d, dup %d, http errors %d, lag %.1f ms -> %v\n",
+			rate, s.PublishPerS, s.DeliveryPerS, s.P50MS, s.P99MS, s.MaxMS, s.Lost, s.Duplicates, s.HTTPErrors, s.ScheduleLagMS, s.OK)
+		if !s.OK {
+			break
+		}
+		knee = rate
+	}
+	out, _ := json.Marshal(map[string]any{"knee_publishes_per_s": knee, "nodes": len(ports), "subscribers": *subs, "channels": *chans, "p99_bound_ms": *p99, "steps": steps})
+	fmt.Println(string(out))
+	if knee == 0 {
+		return 2
+	}
+	return 0
+}
+
+// subscribe opens n subscribers round-robin over the nodes and waits for every
+// subscription_succeeded; each gets a reader goroutine.
+func (b *bench) subscribe(ctx context.Context, n int) ([]*websocket.Conn, error) {
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	conns := make([]*websocket.Conn, 0, n)
+	for i := range n {
+		port := b.ports[i%len(b.ports)]
+		u := fmt.Sprintf("ws://%s:%d/app/%s?protocol=7&client=clusterbench&version=1", b.host, port, b.key)
+		c, _, err := d.DialContext(ctx, u, nil)
+		if err != nil {
+			return conns, fmt.Errorf("subscriber %d on port %d: %w", i, port, err)
+		}
+		conns = append(conns, c)
+		ch := i % b.channels
+		b.subsPerChannel[ch]++
+		sub, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": b.channel(ch)}})
+		if err := c.WriteMessage(websocket.TextMessage, sub); err != nil {
+			return conns, err
+		}
+		for { // connection_established, then subscription_succeeded
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, msg, err := c.ReadMessage()
+			if err != nil {
+				return conns, fmt.Errorf("subscriber %d: %w", i, err)
+			}
+			if bytes.Contains(msg, []byte("subscription_succeeded")) {
+				break
+			}
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		go b.read(c, i)
+	}
+	return conns, nil
+}
+
+func (b *bench) channel(i int) string { return "bench-" + b.nonce + "-" + strconv.Itoa(i) }
+
+var marker = []byte("cbx:")
+
+// read records every delivery's latency from the marker's send time.
+func (b *bench) read(c *websocket.Conn, sub int) {
+	for {
+		_, msg, err := c.ReadMessage()
+		if err != nil {
+			return
+		}
+		now := time.Since(b.start)
+		i := bytes.Index(msg, marker)
+		if i < 0 {
+			if bytes.Contains(msg, []byte("pusher:ping")) {
+				_ = c.WriteMessage(websocket.TextMessage, []byte(`{"event":"pusher:pong","data":"{}"}`))
+			}
+			continue
+		}
+		f := bytes.SplitN(msg[i+len(marker):], []byte(":"), 3)
+		if len(f) < 3 || string(f[0]) != b.nonce {
+			continue
+		}
+		id, _ := strconv.ParseInt(string(f[1]), 10, 64)
+		end := bytes.IndexAny(f[2], `\"`)
+		if end < 0 {
+			end = len(f[2])
+		}
+		sent, _ := strconv.ParseInt(string(f[2][:end]), 10, 64)
+		k := delivery{sub, id}
+		b.mu.Lock()
+		if _, dup := b.seen[k]; dup {
+			b.dups++
+		} else {
+			b.seen[k] = struct{}{}
+			b.latencies = append(b.latencies, now-time.Duration(sent))
+		}
+		b.mu.Unlock()
+	}
+}
+
+// step offers rate publishes/s for d, then waits drain, and measures.
+func (b *bench) step(ctx context.Context, rate int, d, drain time.Duration, workers int) step {
+	b.mu.Lock()
+	b.latencies = b.latencies[:0]
+	clear(b.seen)
+	b.dups = 0
+	b.mu.Unlock()
+	b.expected.Store(0)
+	b.errors.Store(0)
+	jobs := make(chan int64, workers*4)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range jobs {
+				b.publish(ctx, id)
+			}
+		}()
+	}
+	total := int64(float64(rate) * d.Seconds())
+	t0 := time.Now()
+	var lag time.Duration
+	base := time.Since(b.start).Nanoseconds() // ids unique across steps
+	for m := int64(0); m < total && ctx.Err() == nil; m++ {
+		due := t0.Add(time.Duration(float64(m) * float64(time.Second) / float64(rate)))
+		if w := time.Until(due); w > 0 {
+			time.Sleep(w)
+		} else if -w > lag {
+			lag = -w
+		}
+		jobs <- base + m
+	}
+	close(jobs)
+	wg.Wait()
+	sendDur := time.Since(t0)
+	deadline := time.Now().Add(drain)
+	for time.Now().Before(deadline) {
+		b.mu.Lock()
+		got := int64(len(b.latencies))
+		b.mu.Unlock()
+		if got >= b.expected.Load() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lat := slices.Clone(b.latencies)
+	slices.Sort(lat)
+	dup := b.dups
+	got := int64(len(lat))
+	s := step{
+		Offered: rate, Published: int(total), PublishPerS: float64(total) / sendDur.Seconds(),
+		Deliveries: got, DeliveryPerS: float64(got) / time.Since(t0).Seconds(),
+		Lost: max(0, b.expected.Load()-got), Duplicates: dup, HTTPErrors: b.errors.Load(),
+		ScheduleLagMS: float64(lag.Microseconds()) / 1000,
+	}
+	if len(lat) > 0 {
+		s.P50MS = ms(lat[(len(lat)-1)*50/100])
+		s.P99MS = ms(lat[(len(lat)-1)*99/100])
+		s.MaxMS = ms(lat[len(lat)-1])
+	}
+	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// publish sends publish id to channel id%C through node id%N.
+func (b *bench) publish(ctx context.Context, id int64) {
+	ch := int(id % int64(b.channels))
+	port := b.ports[int(id%int64(len(b.ports)))]
+	data := fmt.Sprintf("cbx:%s:%d:%d", b.nonce, id, time.Since(b.start).Nanoseconds())
+	body, _ := json.Marshal(map[string]any{"name": "bench", "channel": b.channel(ch), "data": data})
+	path := "/apps/" + b.appID + "/events"
+	q := auth.SignRequest(http.MethodPost, path, url.Values{}, body, b.key, b.secret, time.Now())
+	u := fmt.Sprintf("http://%s:%d%s?%s", b.host, port, path, q.Encode())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		b.errors.Add(1)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := b.client.Do(req)
+	if err != nil {
+		b.errors.Add(1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b.errors.Add(1)
+		return
+	}
+	b.expected.Add(int64(b.subsPerChannel[ch]))
+}
