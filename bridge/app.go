@@ -312,7 +312,7 @@ func statusSuffix(result []byte) (string, bool) {
 // auditCall writes the one structured line per call: never input or result values.
 func (b *Bridge) auditCall(au *callAudit) {
 	lat := b.now().Sub(au.start)
-	b.met.call(au.key.App, au.surface, au.kind, au.tool, au.inManifest, au.status, lat)
+	b.met.call(au.key.App, au.surface, au.kind, au.tool, au.inManifest, au.status, lat, b.now())
 	b.observeEnd(au, lat)
 	attrs := []slog.Attr{
 		slog.String("app", au.key.App), slog.String("user", au.key.User),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -99,17 +100,46 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string, want []st
 	return 0
 }
 
+// TestToolLabelBudget: the budget is bounded, and follows the manifests: labels of tools
+// that left them (not seen in a call or a manifest for a manifest lifetime) are dropped with
+// their series, and new tools get labels again; a tool still in a manifest keeps its label.
 func TestToolLabelBudget(t *testing.T) {
-	m := newMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	t0 := time.Unix(1_700_000_000, 0)
+	name := func(i int) string { return string(rune('A'+i%26)) + strings.Repeat("x", i) }
 	for i := 0; i < maxToolLabels; i++ {
-		if got := m.toolLabel("a", string(rune('A'+i%26))+strings.Repeat("x", i), true); got == "other" {
+		if got := m.toolLabel("a", name(i), true, t0); got == "other" {
 			t.Fatalf("label %d refused", i)
 		}
+		m.calls.WithLabelValues("a", "api", "call", name(i), "ok").Inc()
 	}
-	if got := m.toolLabel("a", "one.more", true); got != "other" {
+	if got := m.toolLabel("a", "one.more", true, t0); got != "other" {
 		t.Fatalf("over budget: %q", got)
 	}
-	if got := m.toolLabel("b", "t", false); got != "other" {
+	if got := m.toolLabel("b", "t", false, t0); got != "other" {
 		t.Fatalf("outside manifest: %q", got)
+	}
+	// Tool 0 is still in a manifest posted later; every other tool left.
+	m.manifest("a", []Tool{{Name: name(0)}}, t0.Add(time.Hour))
+	m.sweepTools(t0.Add(time.Minute))
+	if got := m.toolLabel("a", "one.more", true, t0.Add(time.Hour)); got != "one.more" {
+		t.Fatalf("after the old tools left the manifests: %q", got)
+	}
+	if got := m.toolLabel("a", name(0), true, t0.Add(time.Hour)); got != name(0) {
+		t.Fatalf("a current tool lost its label: %q", got)
+	}
+	n := 0
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "reverbgo_toolmark_calls_total" {
+			n += len(mf.GetMetric())
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d call series after the sweep, want 1 (the current tool's)", n)
 	}
 }

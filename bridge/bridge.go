@@ -1,21 +1,22 @@
 package bridge
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/origin"
 )
 
 // Publisher broadcasts one Pusher event to a channel of an app; data is the JSON string
@@ -95,6 +96,7 @@ type Bridge struct {
 	pageRate  *limiter
 	callRate  *limiter
 	flight    *inflight
+	cors      echo.MiddlewareFunc         // preflight answers (preflightCORS)
 	obs       atomic.Pointer[observerBox] // the console's, nil unless one is open (observe.go)
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -120,6 +122,7 @@ func New(opts Options) *Bridge {
 	}
 	b.pageRate = newLimiter(b.lim.PageRate, b.lim.PageBurst, b.now)
 	b.callRate = newLimiter(b.lim.CallRate, b.lim.CallBurst, b.now)
+	b.cors = b.preflightCORS()
 	b.flight = &inflight{max: b.lim.MaxInFlight, n: map[ConvKey]int{}}
 	go b.janitor()
 	return b
@@ -137,6 +140,7 @@ func (b *Bridge) janitor() {
 		case <-t.C:
 			b.pageRate.sweep()
 			b.callRate.sweep()
+			b.met.sweepTools(b.now().Add(-b.lim.ManifestTTL))
 		}
 	}
 }
@@ -170,33 +174,17 @@ func (b *Bridge) Register(g *echo.Group, prefix string) {
 // errBodyTooLarge means the body exceeded Limits.MaxBody (413).
 var errBodyTooLarge = errors.New("body too large")
 
-// readBody reads at most MaxBody bytes; one more byte means 413.
+// readBody reads at most MaxBody bytes through http.MaxBytesReader; more means 413. It runs
+// only after the request's cheap checks (the page's socket and token), and it never
+// allocates ahead of what arrived: an announced Content-Length is trusted only up to
+// preallocBody, so a client trickling a large body holds no more than it sent.
 func (b *Bridge) readBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
 	if r.ContentLength > b.lim.MaxBody {
 		return nil, errBodyTooLarge
 	}
-	var body []byte
-	var err error
-	if r.ContentLength > 0 {
-		// The usual case: one exact allocation instead of io.ReadAll's growing buffer. Errors
-		// are io.ReadAll's: a clean EOF ends the body (net/http reports a truncated one as
-		// io.ErrUnexpectedEOF), and a body is never read past the announced length, as net/http
-		// would not deliver more anyway.
-		body = make([]byte, r.ContentLength)
-		n := 0
-		for n < len(body) && err == nil {
-			var k int
-			k, err = r.Body.Read(body[n:])
-			n += k
-		}
-		if err == io.EOF {
-			err = nil
-		}
-		body = body[:n]
-	} else {
-		body, err = io.ReadAll(io.LimitReader(r.Body, b.lim.MaxBody+1))
-	}
+	body := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 512), preallocBody)+bytes.MinRead))
+	_, err := body.ReadFrom(http.MaxBytesReader(c.Response().Writer, r.Body, b.lim.MaxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -204,11 +192,11 @@ func (b *Bridge) readBody(c echo.Context) ([]byte, error) {
 		}
 		return nil, err
 	}
-	if int64(len(body)) > b.lim.MaxBody {
-		return nil, errBodyTooLarge
-	}
-	return body, nil
+	return body.Bytes(), nil
 }
+
+// preallocBody is the most readBody allocates before the bytes arrive.
+const preallocBody = 16 << 10
 
 // jsonError writes {"error": msg} with status code.
 func jsonError(c echo.Context, code int, msg string) error {
@@ -220,48 +208,9 @@ func writeRaw(c echo.Context, code int, body []byte) error {
 	return c.Blob(code, echo.MIMEApplicationJSONCharsetUTF8, body)
 }
 
-// originAllowed matches the Origin's host against an app's allowed_origins host globs; "*"
-// (or an empty list, the config default) allows everything, and no Origin (not a browser) is
-// always allowed.
-func originAllowed(app *config.App, origin string) bool {
-	if origin == "" || len(app.AllowedOrigins) == 0 {
-		return true
-	}
-	u, err := url.Parse(origin)
-	host := ""
-	if err == nil {
-		host = u.Hostname()
-	}
-	for _, pattern := range app.AllowedOrigins {
-		if pattern == "*" || (host != "" && globMatch(strings.ToLower(pattern), strings.ToLower(host))) {
-			return true
-		}
-	}
-	return false
-}
-
-// globMatch matches s against pattern where '*' is any run of characters (Laravel's Str::is).
-func globMatch(pattern, s string) bool {
-	for {
-		star := strings.IndexByte(pattern, '*')
-		if star < 0 {
-			return pattern == s
-		}
-		if !strings.HasPrefix(s, pattern[:star]) {
-			return false
-		}
-		s, pattern = s[star:], pattern[star+1:]
-		if pattern == "" {
-			return true
-		}
-		for i := 0; i <= len(s); i++ {
-			if globMatch(pattern, s[i:]) {
-				return true
-			}
-		}
-		return false
-	}
-}
+// originAllowed is the shared matcher (package origin) over the app's allowed_origins, so a
+// pattern means the same on the page endpoint as on the WebSocket upgrade.
+func originAllowed(app *config.App, o string) bool { return origin.Allowed(app.AllowedOrigins, o) }
 
 // corsAllowHeaders are the headers echoTransport and Laravel's stack send with a page POST.
 const corsAllowHeaders = "Content-Type, Accept, X-Requested-With, X-Socket-ID, X-Toolmark-Token, X-CSRF-TOKEN, X-XSRF-TOKEN, Authorization"
@@ -276,29 +225,38 @@ func setCORS(c echo.Context, origin string) {
 	h.Set("Access-Control-Allow-Credentials", "true")
 }
 
-// handlePreflight answers the page's CORS preflight. It has no socket id, so it is allowed when
-// any toolmark-enabled app allows the Origin (see AppLister).
-func (b *Bridge) handlePreflight(c echo.Context) error {
-	origin := c.Request().Header.Get("Origin")
-	allowed := false
-	if lister, ok := b.apps.(AppLister); ok && origin != "" {
+// preflightAllowed reports whether any toolmark-enabled app allows the Origin: a preflight
+// has no socket id, so its app is unknown (see AppLister).
+func (b *Bridge) preflightAllowed(o string) bool {
+	if lister, ok := b.apps.(AppLister); ok && o != "" {
 		for _, app := range lister.AllApps() {
-			if app != nil && app.Toolmark.Enabled && originAllowed(app, origin) {
-				allowed = true
-				break
+			if app != nil && app.Toolmark.Enabled && originAllowed(app, o) {
+				return true
 			}
 		}
 	}
-	if !allowed {
+	return false
+}
+
+// preflightCORS is echo's CORS middleware answering an allowed preflight.
+func (b *Bridge) preflightCORS() echo.MiddlewareFunc {
+	return middleware.CORSWithConfig(middleware.CORSConfig{
+		AllowOriginFunc:  func(o string) (bool, error) { return b.preflightAllowed(o), nil },
+		AllowMethods:     []string{http.MethodPost, http.MethodOptions},
+		AllowHeaders:     strings.Split(corsAllowHeaders, ", "),
+		AllowCredentials: true,
+		MaxAge:           7200,
+	})
+}
+
+// handlePreflight answers the page's CORS preflight: 403 for an Origin no toolmark-enabled
+// app allows (echo's middleware would answer 204 without CORS headers), else echo's CORS.
+func (b *Bridge) handlePreflight(c echo.Context) error {
+	if !b.preflightAllowed(c.Request().Header.Get("Origin")) {
 		c.Response().Header().Add("Vary", "Origin")
 		return c.NoContent(http.StatusForbidden)
 	}
-	setCORS(c, origin)
-	h := c.Response().Header()
-	h.Set("Access-Control-Allow-Methods", "POST, OPTIONS")
-	h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
-	h.Set("Access-Control-Max-Age", "7200")
-	return c.NoContent(http.StatusNoContent)
+	return b.cors(func(echo.Context) error { return nil })(c)
 }
 
 // appTimeouts returns the app's default and maximum call timeout.

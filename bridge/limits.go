@@ -73,6 +73,10 @@ func (l Limits) withDefaults() Limits {
 // limiter is a keyed token bucket. Take and Refund let a handler check the limit after cheap
 // validation and give the token back when the message is rejected, so a rejected message
 // consumes nothing and a corrected retry is still accepted.
+//
+// Not golang.org/x/time/rate: its only way back is Reservation.Cancel, which restores less
+// than the whole token once a later reservation was made (the refund would leak tokens
+// under exactly the concurrent load it must not), and ReserveN(-1) is not capped at burst.
 type limiter struct {
 	rate  float64
 	burst float64

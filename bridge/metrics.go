@@ -25,14 +25,14 @@ type metrics struct {
 	pageMsgs  *prometheus.CounterVec
 	inFlight  *prometheus.GaugeVec
 	mu        sync.Mutex
-	toolNames map[string]map[string]struct{} // app → tool label values in use
+	toolNames map[string]map[string]time.Time // app → tool label value → last seen in a manifest or call
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return nil
 	}
-	m := &metrics{toolNames: map[string]map[string]struct{}{}}
+	m := &metrics{toolNames: map[string]map[string]time.Time{}}
 	m.calls = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "reverbgo_toolmark_calls_total",
 		Help: "Toolmark calls and describes by app, surface (api, mcp), kind, tool (\"other\" outside the manifest) and result status.",
@@ -68,8 +68,10 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 }
 
 // toolLabel returns tool when it is in the manifest the call went to and the app's label budget
-// allows it, else "other".
-func (m *metrics) toolLabel(app, tool string, inManifest bool) string {
+// allows it, else "other". The budget follows the manifests: a label not seen in a call or a
+// manifest posted here for a manifest lifetime is dropped, with its series (sweepTools), so
+// tools that left the manifests give their place to new ones.
+func (m *metrics) toolLabel(app, tool string, inManifest bool, now time.Time) string {
 	if !inManifest {
 		return "other"
 	}
@@ -77,24 +79,64 @@ func (m *metrics) toolLabel(app, tool string, inManifest bool) string {
 	defer m.mu.Unlock()
 	set := m.toolNames[app]
 	if set == nil {
-		set = map[string]struct{}{}
+		set = map[string]time.Time{}
 		m.toolNames[app] = set
 	}
 	if _, ok := set[tool]; ok {
+		set[tool] = now
 		return tool
 	}
 	if len(set) >= maxToolLabels {
 		return "other"
 	}
-	set[tool] = struct{}{}
+	set[tool] = now
 	return tool
 }
 
-func (m *metrics) call(app, surface, kind, tool string, inManifest bool, status string, d time.Duration) {
+// manifest marks the labels of a manifest's tools as still current.
+func (m *metrics) manifest(app string, tools []Tool, now time.Time) {
 	if m == nil {
 		return
 	}
-	m.calls.WithLabelValues(app, surface, kind, m.toolLabel(app, tool, inManifest), status).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := m.toolNames[app]
+	for _, t := range tools {
+		if _, ok := set[t.Name]; ok {
+			set[t.Name] = now
+		}
+	}
+}
+
+// sweepTools drops the tool labels last seen before cutoff and deletes their series.
+func (m *metrics) sweepTools(cutoff time.Time) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	var gone [][2]string
+	for app, set := range m.toolNames {
+		for tool, seen := range set {
+			if seen.Before(cutoff) {
+				delete(set, tool)
+				gone = append(gone, [2]string{app, tool})
+			}
+		}
+		if len(set) == 0 {
+			delete(m.toolNames, app)
+		}
+	}
+	m.mu.Unlock()
+	for _, g := range gone {
+		m.calls.DeletePartialMatch(prometheus.Labels{"app": g[0], "tool": g[1]})
+	}
+}
+
+func (m *metrics) call(app, surface, kind, tool string, inManifest bool, status string, d time.Duration, now time.Time) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(app, surface, kind, m.toolLabel(app, tool, inManifest, now), status).Inc()
 	m.latency.WithLabelValues(app, surface, kind, status).Observe(d.Seconds())
 }
 

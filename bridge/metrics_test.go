@@ -24,7 +24,7 @@ func TestCallDurationBuckets(t *testing.T) {
 	} {
 		t.Run(tc.d.String(), func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			newMetrics(reg).call("app1", SurfaceAPI, KindCall, "t", false, StatusOK, tc.d)
+			newMetrics(reg).call("app1", SurfaceAPI, KindCall, "t", false, StatusOK, tc.d, time.Now())
 			fams, err := reg.Gather()
 			if err != nil {
 				t.Fatal(err)

@@ -191,6 +191,7 @@ func (b *Bridge) apply(ctx context.Context, key ConvKey, pm *PageMessage) pageOu
 		if _, err := b.store.PutManifest(ctx, key, m, b.lim.ManifestTTL); err != nil {
 			return b.storeFailed(err)
 		}
+		b.met.manifest(key.App, pm.Tools, b.now())
 		return accepted
 	case TypeChanged:
 		current, err := b.store.ChangeRev(ctx, key, pm.ClientID, pm.Rev, b.lim.ManifestTTL)
@@ -250,7 +251,7 @@ func (b *Bridge) applyResult(ctx context.Context, key ConvKey, pm *PageMessage) 
 }
 
 func (b *Bridge) applyConfirmed(ctx context.Context, key ConvKey, pm *PageMessage) pageOutcome {
-	cb, err := b.store.GetConfirm(ctx, pm.ConfirmID)
+	cb, err := b.store.GetConfirm(ctx, key, pm.ConfirmID)
 	if err != nil {
 		return b.storeFailed(err)
 	}
@@ -260,7 +261,7 @@ func (b *Bridge) applyConfirmed(ctx context.Context, key ConvKey, pm *PageMessag
 	if cb.Key != key || cb.ClientID != pm.ClientID {
 		return reject(http.StatusForbidden, "Confirmation does not match its binding")
 	}
-	ok, err := b.store.ClaimConfirm(ctx, pm.ConfirmID)
+	ok, err := b.store.ClaimConfirm(ctx, key, pm.ConfirmID)
 	if err != nil {
 		return b.storeFailed(err)
 	}

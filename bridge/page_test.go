@@ -276,17 +276,33 @@ func TestCORSPreflight(t *testing.T) {
 	}
 }
 
-func TestGlobMatch(t *testing.T) {
+// TestURLFormOrigins: allowed_origins written as URLs (the README's forms) match on the page
+// endpoint exactly as on the WebSocket upgrade (package origin); they used to never match here.
+func TestURLFormOrigins(t *testing.T) {
 	for _, tc := range []struct {
-		p, s string
-		want bool
+		pattern, origin string
+		want            int
 	}{
-		{"*.example.com", "a.example.com", true}, {"*.example.com", "example.com", false},
-		{"example.com", "example.com", true}, {"ex*le.com", "example.com", true},
-		{"*", "", true}, {"a*b*c", "axxbyyc", true}, {"a*b*c", "axxbyy", false},
+		{"https://app.example.com", "https://app.example.com", 204},
+		{"https://app.example.com", "http://app.example.com", 403},
+		{"https://*.example.com", "https://a.example.com", 204},
+		{"https://app.example.com:8443", "https://app.example.com:8443", 204},
+		{"app.example.com:8443", "https://app.example.com", 403},
 	} {
-		if got := globMatch(tc.p, tc.s); got != tc.want {
-			t.Errorf("globMatch(%q, %q) = %v", tc.p, tc.s, got)
+		h := newHarness(t, nil)
+		h.apps["app1"].AllowedOrigins = []string{tc.pattern}
+		pre := httptest.NewRequest(http.MethodOptions, prefix+"/toolmark/bridge/c1", nil)
+		pre.Header.Set("Origin", tc.origin)
+		pre.Header.Set("Access-Control-Request-Method", "POST")
+		if rec := h.do(pre); rec.Code != tc.want {
+			t.Errorf("preflight %q from %q: %d, want %d", tc.pattern, tc.origin, rec.Code, tc.want)
+		}
+		req := httptest.NewRequest(http.MethodPost, prefix+"/toolmark/bridge/c1", strings.NewReader(manifestMsg(client1, 1, "")))
+		req.Header.Set("X-Socket-ID", "1.1")
+		req.Header.Set("X-Toolmark-Token", pageToken("1.1"))
+		req.Header.Set("Origin", tc.origin)
+		if rec := h.do(req); rec.Code != tc.want {
+			t.Errorf("POST %q from %q: %d, want %d (%s)", tc.pattern, tc.origin, rec.Code, tc.want, rec.Body)
 		}
 	}
 }

@@ -35,7 +35,7 @@ type MemoryStore struct {
 	mu        sync.Mutex
 	manifests map[ConvKey]*memManifest
 	calls     map[string]*memCall
-	confirms  map[string]*memConfirm
+	confirms  map[confirmKey]*memConfirm
 	watchers  map[string]map[*memWatch]struct{} // only ids watched before they were bound
 	tombs     map[tombKey]tomb
 	tombQ     []tombKey // settling order = expiry order when LateGrace is constant
@@ -90,6 +90,12 @@ func tombKeyOf(id string) tombKey {
 	return tombKey{maphash.String(tombSeeds[0], id), maphash.String(tombSeeds[1], id)}
 }
 
+// confirmKey namespaces a confirmId by its conversation (see Store.GetConfirm).
+type confirmKey struct {
+	k  ConvKey
+	id string
+}
+
 type memConfirm struct {
 	c       ConfirmBinding
 	claimed bool
@@ -130,7 +136,7 @@ func NewMemoryStore(o MemoryOptions) *MemoryStore {
 	s := &MemoryStore{
 		now: o.Now, maxEntries: o.MaxEntries, maxTombs: o.MaxTombstones,
 		manifests: map[ConvKey]*memManifest{}, calls: map[string]*memCall{},
-		confirms: map[string]*memConfirm{}, watchers: map[string]map[*memWatch]struct{}{},
+		confirms: map[confirmKey]*memConfirm{}, watchers: map[string]map[*memWatch]struct{}{},
 		tombs: map[tombKey]tomb{},
 		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
@@ -262,8 +268,8 @@ func (s *MemoryStore) manifest(k ConvKey, now time.Time) *memManifest {
 
 func (s *MemoryStore) call(id string, now time.Time) *memCall { return live(s.calls, id, now) }
 
-func (s *MemoryStore) confirm(id string, now time.Time) *memConfirm {
-	return live(s.confirms, id, now)
+func (s *MemoryStore) confirm(k ConvKey, id string, now time.Time) *memConfirm {
+	return live(s.confirms, confirmKey{k, id}, now)
 }
 
 // expiring is an entry with a deadline; live drops it on the read that finds it expired.
@@ -394,13 +400,13 @@ func (s *MemoryStore) ClaimResult(_ context.Context, id string, result json.RawM
 		return ClaimLate, nil
 	}
 	if confirm != nil {
-		if s.confirm(confirm.ConfirmID, clock) != nil {
+		if s.confirm(confirm.Key, confirm.ConfirmID, clock) != nil {
 			return ClaimConfirmTaken, nil
 		}
 		if len(s.confirms) >= s.maxEntries {
 			return ClaimNotFound, ErrStoreFull
 		}
-		s.confirms[confirm.ConfirmID] = &memConfirm{c: *confirm, expires: clock.Add(confirmTTL)}
+		s.confirms[confirmKey{confirm.Key, confirm.ConfirmID}] = &memConfirm{c: *confirm, expires: clock.Add(confirmTTL)}
 	}
 	e.state, e.result = callResult, append(json.RawMessage(nil), result...)
 	if e.wake != nil {
@@ -483,10 +489,10 @@ func (s *MemoryStore) Watch(id string) (<-chan struct{}, func()) {
 }
 
 // GetConfirm implements Store.
-func (s *MemoryStore) GetConfirm(_ context.Context, confirmID string) (*ConfirmBinding, error) {
+func (s *MemoryStore) GetConfirm(_ context.Context, k ConvKey, confirmID string) (*ConfirmBinding, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.confirm(confirmID, s.now())
+	e := s.confirm(k, confirmID, s.now())
 	if e == nil {
 		return nil, nil
 	}
@@ -495,10 +501,10 @@ func (s *MemoryStore) GetConfirm(_ context.Context, confirmID string) (*ConfirmB
 }
 
 // ClaimConfirm implements Store.
-func (s *MemoryStore) ClaimConfirm(_ context.Context, confirmID string) (bool, error) {
+func (s *MemoryStore) ClaimConfirm(_ context.Context, k ConvKey, confirmID string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.confirm(confirmID, s.now())
+	e := s.confirm(k, confirmID, s.now())
 	if e == nil || e.claimed {
 		return false, nil
 	}

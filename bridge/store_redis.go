@@ -56,8 +56,13 @@ func (s *RedisStore) channel() string { return s.prefix + "results" }
 func (s *RedisStore) manifestKey(k ConvKey) string {
 	return s.prefix + "m:" + k.App + ":" + k.User + ":" + k.Conversation
 }
-func (s *RedisStore) callKey(id string) string    { return s.prefix + "c:" + id }
-func (s *RedisStore) confirmKey(id string) string { return s.prefix + "f:" + id }
+func (s *RedisStore) callKey(id string) string { return s.prefix + "c:" + id }
+
+// confirmKey namespaces a confirmId by its conversation (see Store.GetConfirm); user,
+// conversation and confirmId hold no ':'.
+func (s *RedisStore) confirmKey(k ConvKey, id string) string {
+	return s.prefix + "f:" + k.App + ":" + k.User + ":" + k.Conversation + ":" + id
+}
 func (s *RedisStore) ctx() (context.Context, func()) {
 	return context.WithTimeout(context.Background(), 5*time.Second)
 }
@@ -186,13 +191,13 @@ return 0`)
 // ClaimResult implements Store.
 func (s *RedisStore) ClaimResult(ctx context.Context, id string, result json.RawMessage, now time.Time,
 	confirm *ConfirmBinding, confirmTTL time.Duration) (ClaimOutcome, error) {
-	confirmKey, has, cjs := s.confirmKey("-"), "0", []byte("")
+	confirmKey, has, cjs := s.prefix+"f:-", "0", []byte("")
 	if confirm != nil {
 		var err error
 		if cjs, err = json.Marshal(confirm); err != nil {
 			return ClaimNotFound, err
 		}
-		confirmKey, has = s.confirmKey(confirm.ConfirmID), "1"
+		confirmKey, has = s.confirmKey(confirm.Key, confirm.ConfirmID), "1"
 	}
 	// The wake-up channel goes in KEYS too: Redis Cluster checks a shard channel's slot like a key's.
 	n, err := claimResultScript.Run(ctx, s.rdb, []string{s.callKey(id), confirmKey, s.channel()},
@@ -262,8 +267,8 @@ func (s *RedisStore) Watch(id string) (<-chan struct{}, func()) {
 }
 
 // GetConfirm implements Store.
-func (s *RedisStore) GetConfirm(ctx context.Context, confirmID string) (*ConfirmBinding, error) {
-	js, err := s.rdb.HGet(ctx, s.confirmKey(confirmID), "c").Result()
+func (s *RedisStore) GetConfirm(ctx context.Context, k ConvKey, confirmID string) (*ConfirmBinding, error) {
+	js, err := s.rdb.HGet(ctx, s.confirmKey(k, confirmID), "c").Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -284,8 +289,8 @@ redis.call('HSET', KEYS[1], 'claimed', '1')
 return 1`)
 
 // ClaimConfirm implements Store.
-func (s *RedisStore) ClaimConfirm(ctx context.Context, confirmID string) (bool, error) {
-	n, err := claimConfirmScript.Run(ctx, s.rdb, []string{s.confirmKey(confirmID)}).Int()
+func (s *RedisStore) ClaimConfirm(ctx context.Context, k ConvKey, confirmID string) (bool, error) {
+	n, err := claimConfirmScript.Run(ctx, s.rdb, []string{s.confirmKey(k, confirmID)}).Int()
 	return n == 1, err
 }
 

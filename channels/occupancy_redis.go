@@ -365,25 +365,31 @@ func (o *RedisOccupancy) RemoteConnections(ctx context.Context, app string) (int
 }
 
 // Channels lists the app's occupied channels starting with prefix over every live node.
+// Only this app's fields leave Redis: each node's hash is read with HSCAN MATCH on the
+// "app NUL prefix" field prefix (a hash of a few hundred fields answers in one step), so
+// one app's GET /channels neither reads nor ships another app's channel names.
 func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]ChannelInfo, error) {
 	nodes, err := o.liveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pipe := o.p.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(nodes))
-	for i, n := range nodes {
-		cmds[i] = pipe.HGetAll(ctx, o.subsKey(n))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
+	match := globEscape(app+"\x00"+prefix) + "*"
 	sum := map[string]int{}
-	for _, c := range cmds {
-		for f, v := range c.Val() {
-			a, ch, ok := strings.Cut(f, "\x00")
-			if n, _ := strconv.Atoi(v); ok && a == app && n > 0 && strings.HasPrefix(ch, prefix) {
-				sum[ch] += n
+	for _, n := range nodes {
+		var cursor uint64
+		for {
+			fields, next, err := o.p.rdb.HScan(ctx, o.subsKey(n), cursor, match, 1000).Result()
+			if err != nil {
+				return nil, err
+			}
+			for i := 0; i+1 < len(fields); i += 2 {
+				a, ch, ok := strings.Cut(fields[i], "\x00")
+				if n, _ := strconv.Atoi(fields[i+1]); ok && a == app && n > 0 && strings.HasPrefix(ch, prefix) {
+					sum[ch] += n
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
 			}
 		}
 	}
@@ -393,6 +399,19 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// globEscape quotes Redis glob metacharacters so s matches itself.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\', '^', '-':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // Socket finds an indexed socket on any live node: its app and indexed channels, each mapped

@@ -161,6 +161,30 @@ func (r *Registry) Publish(ctx context.Context, m Message) error {
 	return r.broker.Publish(ctx, m)
 }
 
+// PublishAll publishes every message or, when the broker refuses, none (with a BatchBroker;
+// other brokers publish one by one and stop at the first error).
+func (r *Registry) PublishAll(ctx context.Context, ms []Message) error {
+	if bb, ok := r.broker.(BatchBroker); ok {
+		return bb.PublishAll(ctx, ms)
+	}
+	for _, m := range ms {
+		if err := r.broker.Publish(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PublishNoWait delivers m on this node at once and hands it to the other nodes without
+// waiting for the network (AsyncPublisher), for callers that must never wait: the pollers
+// that read every socket. With a broker that cannot, it is Publish.
+func (r *Registry) PublishNoWait(m Message) error {
+	if a, ok := r.broker.(AsyncPublisher); ok {
+		return a.PublishAsync(m)
+	}
+	return r.broker.Publish(context.Background(), m)
+}
+
 // Remote reports whether presence or publishes may make network round trips (a cluster
 // broker or presence store), which callers that must never wait then run elsewhere.
 func (r *Registry) Remote() bool {
@@ -180,20 +204,6 @@ func (r *Registry) SubscribeWaits(name string) bool {
 // channels through to the network before returning.
 type Indexer interface {
 	Indexed(channel string) bool
-}
-
-// PublishAll publishes every message or, when the broker refuses, none (with a BatchBroker;
-// other brokers publish one by one and stop at the first error).
-func (r *Registry) PublishAll(ctx context.Context, ms []Message) error {
-	if bb, ok := r.broker.(BatchBroker); ok {
-		return bb.PublishAll(ctx, ms)
-	}
-	for _, m := range ms {
-		if err := r.broker.Publish(ctx, m); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // DeliverLocal queues the frame on every local subscriber except m.Except and records it

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/reverbgo/reverbgo/origin"
 )
 
 // WebhookEventTypes are the names accepted in webhooks[].event_types: Pusher's webhook events
@@ -190,6 +192,9 @@ func (a *App) validate(v *validator, p string) {
 	for j, o := range a.AllowedOrigins {
 		if strings.TrimSpace(o) == "" {
 			v.add(fmt.Sprintf("%s.allowed_origins[%d]", p, j), "must not be empty")
+		} else if err := origin.Validate(o); err != nil {
+			// A pattern the matcher cannot read would silently never match.
+			v.add(fmt.Sprintf("%s.allowed_origins[%d]", p, j), "%v", err)
 		}
 	}
 	v.positive(p+".ping_interval", int64(a.PingInterval))

@@ -27,6 +27,7 @@ func TestValidationErrors(t *testing.T) {
 		{"bad enum", minimal + app2 + ", accept_client_events_from: everyone}\n",
 			"apps[1].accept_client_events_from: must be one of members, all, none"},
 		{"enum is case-sensitive", minimal + "    accept_client_events_from: Members\n", "apps[0].accept_client_events_from"},
+		{"origin glob in the middle", minimal + "    allowed_origins: [\"app-*.example.com\"]\n", "apps[0].allowed_origins[0]: origin pattern"},
 		{"bad page_auth", minimal + "    toolmark: {page_auth: none}\n", "apps[0].toolmark.page_auth: must be one of token, socket_id"},
 		{"negative max_connections", minimal + "    max_connections: -1\n", "apps[0].max_connections: must be >= 0"},
 		{"negative max_message_size", minimal + "    max_message_size: -1\n", "apps[0].max_message_size: must be > 0"},

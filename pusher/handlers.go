@@ -23,7 +23,6 @@ const (
 // every request (a ping too) waits behind it, so requests take effect in the order sent
 // and a pong proves that everything before the ping was handled.
 func (c *Conn) handle(raw []byte) {
-	c.observeIn()
 	c.app.stats.clientMessages.Add(1)
 	m, err := DecodeClientMessage(raw)
 	if err != nil {
@@ -249,7 +248,7 @@ func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Me
 	// for a member already in its own list.
 	if first {
 		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
-		_ = s.publish(context.Background(), cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
+		_ = s.publishNoWait(cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
 	}
 	b.release(frames...)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
@@ -386,7 +385,7 @@ func (c *Conn) leave(ctx context.Context, name string, sub subscription) {
 		last, err := s.reg.Presence().Leave(ctx, appID, name, c.socketID, sub.userID)
 		if err == nil && last {
 			removed := `{"user_id":` + string(appendJSONString(nil, sub.userID)) + `}`
-			_ = s.publish(context.Background(), appID, name, "pusher_internal:member_removed", removed, c.socketID)
+			_ = s.publishNoWait(appID, name, "pusher_internal:member_removed", removed, c.socketID)
 			if s.wants(appID, "member_removed") {
 				s.emit(appID, map[string]any{"name": "member_removed", "channel": name, "user_id": sub.userID})
 			}
@@ -444,9 +443,9 @@ func (c *Conn) clientEvent(m ClientMessage) {
 	payload := AppendEvent(make([]byte, 0, len(m.Event)+len(m.Channel)+len(data)+64), m.Event, m.Channel, data, sub.userID, true)
 	frame := TextFrame(payload)
 	c.app.stats.published.Add(1)
-	// Local subscribers get it at once, other nodes through the broker's queue: Publish never
-	// waits for Redis (channels.Broker), so the reading goroutine does not either.
-	_ = c.srv.reg.Publish(context.Background(), channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
+	// Local subscribers get it at once; other nodes through the broker's queue: the reading
+	// goroutine never waits for Redis.
+	_ = c.srv.reg.PublishNoWait(channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
 	c.observeClientEvent(m.Channel, m.Event, data) // the console taps it whether or not a webhook wants it
 	if !c.srv.wants(cfg.ID, "client_event") {
 		return

@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"path"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/reverbgo/reverbgo/origin"
 )
 
 // ServeWS handles GET {path}/app/{key}. Refusals (unknown app, origin, quota) are sent after
@@ -380,30 +380,8 @@ func (c *Conn) leaveAll(ctx context.Context) {
 	}
 }
 
-// originAllowed matches the Origin's host against host globs; "*" allows all, and a
-// request without Origin (a server-side client) is allowed.
-func originAllowed(origin string, allowed []string) bool {
-	if origin == "" || len(allowed) == 0 {
-		return true
-	}
-	host := origin
-	if u, err := url.Parse(origin); err == nil && u.Host != "" {
-		host = u.Hostname()
-	}
-	for _, pattern := range allowed {
-		if pattern == "*" {
-			return true
-		}
-		p := pattern
-		if u, err := url.Parse(pattern); err == nil && u.Host != "" {
-			p = u.Hostname()
-		}
-		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(host)); ok {
-			return true
-		}
-	}
-	return false
-}
+// originAllowed is the shared matcher (package origin), as on the Toolmark page endpoint.
+func originAllowed(o string, allowed []string) bool { return origin.Allowed(allowed, o) }
 
 // protocolSupported accepts a missing protocol and any version from 5 up.
 func protocolSupported(q url.Values) bool {

@@ -107,6 +107,7 @@ func TestConnectionRefused(t *testing.T) {
 		{name: "over max_connections", app: func(a *config.App) { a.MaxConnections = 2 }, query: "protocol=7", pre: 2, code: 4004},
 		{name: "origin not allowed", app: func(a *config.App) { a.AllowedOrigins = []string{"example.com"} }, query: "protocol=7", origin: "http://evil.com", code: 4009},
 		{name: "origin glob does not match parent", app: func(a *config.App) { a.AllowedOrigins = []string{"*.example.com"} }, query: "protocol=7", origin: "https://example.com.evil.com", code: 4009},
+		{name: "a URL pattern names its scheme", app: func(a *config.App) { a.AllowedOrigins = []string{"https://example.com"} }, query: "protocol=7", origin: "http://example.com", code: 4009},
 		{name: "protocol 4", query: "protocol=4", code: 4007},
 		{name: "protocol garbage", query: "protocol=x", code: 4007},
 	}
@@ -161,7 +162,7 @@ func TestConnectionAccepted(t *testing.T) {
 		{name: "wildcard origin", origins: []string{"*"}, origin: "http://anything.test", query: "protocol=7"},
 		{name: "exact host", origins: []string{"example.com"}, origin: "https://example.com", query: "protocol=7"},
 		{name: "host glob", origins: []string{"*.example.com"}, origin: "https://app.example.com:8443", query: "protocol=7"},
-		{name: "pattern written as URL", origins: []string{"https://example.com"}, origin: "http://example.com", query: "protocol=7"},
+		{name: "pattern written as URL", origins: []string{"https://example.com"}, origin: "https://example.com", query: "protocol=7"},
 		{name: "case insensitive", origins: []string{"Example.COM"}, origin: "http://example.com", query: "protocol=7"},
 		{name: "no origin header", origins: []string{"example.com"}, query: "protocol=7"},
 		{name: "missing protocol", origins: []string{"*"}},

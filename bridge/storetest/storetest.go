@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) bridge.Store) {
 		{"WatchAfterClaim", watchAfterClaim},
 		{"ConfirmBindAndClaim", confirmBindAndClaim},
 		{"ConfirmTakenLeavesCallOpen", confirmTakenLeavesCallOpen},
+		{"ConfirmNamespacedByConversation", confirmNamespacedByConversation},
 		{"RaceResultVsTimeout", raceResultVsTimeout},
 		{"RaceDuplicateResults", raceDuplicateResults},
 	}
@@ -274,12 +275,12 @@ func claimUnknown(t *testing.T, s bridge.Store) {
 	if _, timedOut, err := s.ClaimTimeout(ctx, "nope"); err != nil || !timedOut {
 		t.Fatalf("unknown timeout claim: %v %v", timedOut, err)
 	}
-	ok, err := s.ClaimConfirm(ctx, "nope")
+	ok, err := s.ClaimConfirm(ctx, key("c1"), "nope")
 	must(t, err)
 	if ok {
 		t.Fatal("unknown confirm claimed")
 	}
-	if c, err := s.GetConfirm(ctx, "nope"); err != nil || c != nil {
+	if c, err := s.GetConfirm(ctx, key("c1"), "nope"); err != nil || c != nil {
 		t.Fatalf("unknown confirm = %+v %v", c, err)
 	}
 }
@@ -320,13 +321,13 @@ func confirmBindAndClaim(t *testing.T, s bridge.Store) {
 	if o := claim(t, s, "id1", now, cb); o != bridge.Claimed {
 		t.Fatalf("claim with confirm = %v", o)
 	}
-	got, err := s.GetConfirm(ctx, "f1")
+	got, err := s.GetConfirm(ctx, key("c1"), "f1")
 	must(t, err)
 	if got == nil || *got != *cb {
 		t.Fatalf("GetConfirm = %+v, want %+v", got, cb)
 	}
 	for i, want := range []bool{true, false, false} {
-		ok, err := s.ClaimConfirm(ctx, "f1")
+		ok, err := s.ClaimConfirm(ctx, key("c1"), "f1")
 		must(t, err)
 		if ok != want {
 			t.Fatalf("ClaimConfirm #%d = %v", i, ok)
@@ -345,11 +346,48 @@ func confirmTakenLeavesCallOpen(t *testing.T, s bridge.Store) {
 	if o := claim(t, s, "id2", now, &cb2); o != bridge.ClaimConfirmTaken {
 		t.Fatalf("reused confirmId = %v, want taken", o)
 	}
-	if got, _ := s.GetConfirm(ctx, "f1"); got == nil || got.CallID != "id1" {
+	if got, _ := s.GetConfirm(ctx, key("c1"), "f1"); got == nil || got.CallID != "id1" {
 		t.Fatalf("confirm rebound: %+v", got)
 	}
 	if o := claim(t, s, "id2", now, nil); o != bridge.Claimed {
 		t.Fatalf("call consumed by rejected claim: %v", o)
+	}
+}
+
+// confirmNamespacedByConversation: the same confirmId bound by two apps (and by two users
+// or conversations of one app) both succeed, each visible and claimable only in its own.
+func confirmNamespacedByConversation(t *testing.T, s bridge.Store) {
+	now := time.Now()
+	keys := []bridge.ConvKey{
+		{App: "app1", User: "u1", Conversation: "c1"},
+		{App: "app2", User: "u1", Conversation: "c1"},
+		{App: "app1", User: "u2", Conversation: "c1"},
+		{App: "app1", User: "u1", Conversation: "c2"},
+	}
+	for i, k := range keys {
+		id := fmt.Sprintf("ns%d", i)
+		b := binding(id, now.Add(time.Minute))
+		b.Key = k
+		must(t, s.Bind(ctx, b, time.Hour))
+		cb := &bridge.ConfirmBinding{ConfirmID: "f1", Key: k, ClientID: "a", CallID: id}
+		if o := claim(t, s, id, now, cb); o != bridge.Claimed {
+			t.Fatalf("%+v: binding confirmId f1 = %v, want claimed", k, o)
+		}
+	}
+	for i, k := range keys {
+		got, err := s.GetConfirm(ctx, k, "f1")
+		must(t, err)
+		if got == nil || got.Key != k || got.CallID != fmt.Sprintf("ns%d", i) {
+			t.Fatalf("%+v: GetConfirm = %+v", k, got)
+		}
+	}
+	ok, err := s.ClaimConfirm(ctx, keys[0], "f1")
+	must(t, err)
+	if !ok {
+		t.Fatal("first claim refused")
+	}
+	if ok, err := s.ClaimConfirm(ctx, keys[1], "f1"); err != nil || !ok {
+		t.Fatalf("another app's claim of the same confirmId: %v %v", ok, err)
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/console"
+	"github.com/reverbgo/reverbgo/httpguard"
 	"github.com/reverbgo/reverbgo/mcp"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
@@ -208,7 +209,10 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	}
 	// Stored manifests and raised revs are announced (cluster-wide with Redis) for MCP's
 	// notifications/tools/list_changed.
-	store = bridge.WithManifestFeed(store, feed)
+	store = bridge.WithManifestFeed(store, feed, func(appID string) bool {
+		app := cfg.AppByID(appID)
+		return app != nil && app.Toolmark.MCP.Enabled
+	})
 	srv := pusher.NewServer(opts)
 	hooks.SetCounter(srv.SubscriptionCount)
 	if cl != nil {
@@ -255,6 +259,9 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 // gets 4200 and leaves its channels, the bridge settles waiting calls (publishing cancels),
 // then the cluster seams and the webhook queue close.
 func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) {
+	if n.con != nil {
+		n.con.Close() // ends its streams, which HTTP shutdown would otherwise wait for
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.srv.Shutdown(ctx) }() // every client gets 4200
@@ -265,9 +272,6 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 	}
 	wg.Wait()
 	n.br.Close() // may still publish cancels, so before the cluster closes
-	if n.con != nil {
-		n.con.Close()
-	}
 	n.release(ctx)
 }
 
@@ -308,9 +312,14 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		n.shutdown(context.Background(), nil)
 		return err
 	}
+	// No ReadTimeout: it would cancel long-poll handlers (Toolmark calls wait up to
+	// max_timeout_ms) and, on the TLS path, stay armed on hijacked WebSockets. httpguard
+	// bounds bodies instead (a per-request body deadline cleared once the body is read, and a
+	// cap on requests still being read); ReadHeaderTimeout cuts slowloris headers.
 	httpSrv := &http.Server{
-		Handler:           n.e,
+		Handler:           httpguard.Wrap(n.e, httpguard.Options{}),
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
 		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}

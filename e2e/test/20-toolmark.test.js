@@ -36,7 +36,7 @@ const users = {
 
 before(async () => {
   hook = await startHookReceiver();
-  APP = { app_id: 'tm1', key: 'tm1-key', secret: 'tm1-secret', allowed_origins: ['app.example.test'],
+  APP = { app_id: 'tm1', key: 'tm1-key', secret: 'tm1-secret', allowed_origins: ['app.example.test', 'https://*.tenant.example.test:8443'],
     toolmark: { enabled: true, call_timeout_ms: 8000, max_timeout_ms: 600000 },
     webhooks: [{ url: hook.url, event_types: ['toolmark_confirmed'] }] };
   APP2 = { app_id: 'tm2', key: 'tm2-key', secret: 'tm2-secret', toolmark: { enabled: false } };
@@ -452,6 +452,35 @@ describe('page endpoint security', () => {
     const bad = await preflight('https://evil.test');
     assert.equal(bad.status, 403);
     assert.equal(bad.headers.get('access-control-allow-origin'), null);
+  });
+
+  test('one origin matcher: the WebSocket upgrade and the page preflight agree on every form', async (t) => {
+    // APP allows 'app.example.test' (host, any scheme/port) and 'https://*.tenant.example.test:8443'.
+    const cases = {
+      'https://app.example.test': true,
+      'http://app.example.test:3000': true,
+      'https://x.tenant.example.test:8443': true,
+      'https://a.b.tenant.example.test:8443': true,
+      'https://x.tenant.example.test': false, // the pattern names port 8443
+      'http://x.tenant.example.test:8443': false, // and https
+      'https://tenant.example.test:8443': false, // *. needs a subdomain
+      'https://app.example.test.evil.test': false,
+      'https://evil.test': false,
+      [`https://${'a.'.repeat(5000)}tenant.example.test.evil`]: false, // hostile, answered at once
+    };
+    for (const [origin, want] of Object.entries(cases)) {
+      const wire = await Wire.open(server, { app: APP, origin });
+      cleanup(t).add(() => wire.close());
+      const first = await wire.next((f) => f.event === 'pusher:connection_established' || f.event === 'pusher:error');
+      const wsAllowed = first.event === 'pusher:connection_established';
+      if (!wsAllowed) assert.equal(first.data.code, 4009, `${origin}: ${first.text}`);
+      const pre = await fetch(`${server.url}/toolmark/bridge/${uid('c')}`, {
+        method: 'OPTIONS', headers: { Origin: origin, 'Access-Control-Request-Method': 'POST' },
+      });
+      const preAllowed = pre.status === 204 && pre.headers.get('access-control-allow-origin') === origin;
+      assert.equal(wsAllowed, want, `WebSocket from ${origin.slice(0, 80)}`);
+      assert.equal(preAllowed, want, `preflight from ${origin.slice(0, 80)}: ${pre.status}`);
+    }
   });
 });
 
