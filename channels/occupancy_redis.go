@@ -126,6 +126,11 @@ func (o *RedisOccupancy) SetCredential(app, channel, socketID, credential string
 	o.creds[socketID+"\x00"+channel] = credential
 }
 
+// Indexed implements Indexer: the socket index of these channels is written synchronously.
+func (o *RedisOccupancy) Indexed(channel string) bool {
+	return o.prefix != "" && strings.HasPrefix(channel, o.prefix)
+}
+
 // Unsubscribed implements Occupancy.
 func (o *RedisOccupancy) Unsubscribed(app, channel, socketID string) {
 	o.change(app, channel, socketID, -1)

@@ -175,6 +175,37 @@ func (r *Registry) PublishAll(ctx context.Context, ms []Message) error {
 	return nil
 }
 
+// PublishNoWait delivers m on this node at once and hands it to the other nodes without
+// waiting for the network (AsyncPublisher), for callers that must never wait: the pollers
+// that read every socket. With a broker that cannot, it is Publish.
+func (r *Registry) PublishNoWait(m Message) error {
+	if a, ok := r.broker.(AsyncPublisher); ok {
+		return a.PublishAsync(m)
+	}
+	return r.broker.Publish(context.Background(), m)
+}
+
+// Remote reports whether presence or publishes may make network round trips (a cluster
+// broker or presence store), which callers that must never wait then run elsewhere.
+func (r *Registry) Remote() bool {
+	_, memBroker := r.broker.(*MemoryBroker)
+	_, memPresence := r.presence.(*MemoryPresence)
+	return !memBroker || !memPresence
+}
+
+// SubscribeWaits reports whether Subscribe or Unsubscribe of the channel makes a network
+// round trip (an Occupancy that indexes it synchronously, see Indexer).
+func (r *Registry) SubscribeWaits(name string) bool {
+	ix, ok := r.occ.(Indexer)
+	return ok && ix.Indexed(name)
+}
+
+// Indexer is implemented by an Occupancy whose Subscribed and Unsubscribed write some
+// channels through to the network before returning.
+type Indexer interface {
+	Indexed(channel string) bool
+}
+
 // DeliverLocal queues the frame on every local subscriber except m.Except and records it
 // for cache channels. Brokers call it for messages from any node. It returns the number
 // of sockets it queued the frame on.

@@ -65,6 +65,8 @@ type Conn struct {
 	pingSentAt   atomic.Int64 // unix nanoseconds of an unanswered server ping, 0 if none
 	controlPings atomic.Bool  // client used control-frame pings: answer in kind
 
+	tasks taskQueue // work that may wait on Redis, run in order off the poller (tasks.go)
+
 	subsMu sync.RWMutex // guards subs and userID for readers outside the read loop
 	subs   map[string]subscription
 	userID string // signed-in user ("" when not signed in)
@@ -104,6 +106,7 @@ func (c *Conn) Send(frame []byte) {
 		b.after = append(b.after, frame)
 		c.heldBytes += len(frame)
 		c.mu.Unlock()
+		c.observeSend()
 		return
 	}
 	c.queue = append(c.queue, frame)

@@ -18,6 +18,9 @@ const (
 )
 
 // handle dispatches one client frame. Bad input gets a pusher:error; the socket stays open.
+// It runs on the goroutine that reads the socket (a poller, or readLoop): what may wait on
+// Redis is handed to the connection's task goroutine (tasks.go), and while that has work,
+// every request but a ping waits behind it so that requests take effect in order.
 func (c *Conn) handle(raw []byte) {
 	c.observeIn()
 	c.app.stats.clientMessages.Add(1)
@@ -29,19 +32,40 @@ func (c *Conn) handle(raw []byte) {
 	switch m.Event {
 	case "pusher:ping":
 		c.Send(pongFrame)
+		return
 	case "pusher:pong":
-		// activity was recorded by the read loop
+		return // activity was recorded by the read loop
+	}
+	if c.srv.remote && c.tasksBusy() {
+		cp := append([]byte(nil), raw...) // raw is the reader's buffer, valid during this call
+		if !c.enqueue(func(ctx context.Context) {
+			if m, err := DecodeClientMessage(cp); err == nil && !c.isClosing() {
+				c.dispatch(ctx, m)
+			}
+		}, false) {
+			c.srv.tasksRefused.Add(1)
+			c.sendError(codeOverCapacity, "Server is busy, try again")
+		}
+		return
+	}
+	c.dispatch(onPoller, m)
+}
+
+// dispatch handles a decoded request; ctx is onPoller on the reading goroutine, a task's
+// context (with its deadline) on the task goroutine.
+func (c *Conn) dispatch(ctx context.Context, m ClientMessage) {
+	switch m.Event {
 	case "pusher:subscribe":
-		c.subscribe(m.Data)
+		c.subscribe(ctx, m.Data)
 	case "pusher:unsubscribe":
 		d, err := DecodeSubscribe(m.Data)
 		if err != nil {
 			c.sendError(codeInvalidMessage, "Invalid message format")
 			return
 		}
-		c.unsubscribe(d.Channel)
+		c.unsubscribe(ctx, d.Channel)
 	case "pusher:signin":
-		c.signin(m.Data)
+		c.signin(ctx, m.Data)
 	default:
 		if strings.HasPrefix(m.Event, "client-") {
 			c.clientEvent(m)
@@ -87,7 +111,7 @@ func userIDString(raw json.RawMessage) (string, bool) {
 	return s, s != "" && len(s) <= maxUserIDLength
 }
 
-func (c *Conn) subscribe(data json.RawMessage) {
+func (c *Conn) subscribe(ctx context.Context, data json.RawMessage) {
 	d, err := DecodeSubscribe(data)
 	if err != nil {
 		c.sendError(codeInvalidMessage, "Invalid message format")
@@ -137,9 +161,22 @@ func (c *Conn) subscribe(data json.RawMessage) {
 		}
 	}
 	if kind.IsPresence() {
-		c.subscribePresence(name, member)
+		c.offPoller(ctx, func(ctx context.Context) { c.subscribePresence(ctx, name, member) })
 		return
 	}
+	if c.srv.reg.SubscribeWaits(name) { // the cluster socket index is written before the answer
+		c.offPoller(ctx, func(context.Context) { c.subscribeChannel(name, kind) })
+		return
+	}
+	c.subscribeChannel(name, kind)
+}
+
+// subscribeChannel subscribes to a channel that is not presence and answers.
+func (c *Conn) subscribeChannel(name string, kind channels.Kind) {
+	if c.isClosing() {
+		return
+	}
+	cfg := c.app.cfg
 	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
 	b := c.holdWrites()
 	count, added := c.srv.reg.Subscribe(cfg.ID, name, c)
@@ -165,14 +202,19 @@ func (c *Conn) subscribe(data json.RawMessage) {
 	}
 }
 
-func (c *Conn) subscribePresence(name string, m channels.Member) {
+// subscribePresence joins a presence channel; it may wait on Redis, so it never runs on a
+// poller when scaling is on (see offPoller). A store that fails or misses ctx's deadline
+// gets the client a pusher:error (4100) to retry.
+func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Member) {
 	s := c.srv
 	cfg := c.app.cfg
-	ctx := context.Background()
+	if c.isClosing() {
+		return
+	}
 	// Re-subscribing as another user leaves the old membership first: leave only knows the
 	// subscription's newest userID, so the old one would stay a ghost member for ever.
 	if old, ok := c.subscribed(name); ok && old.userID != m.UserID {
-		c.unsubscribe(name)
+		c.unsubscribe(ctx, name)
 	}
 	members, err := s.reg.Presence().Members(ctx, cfg.ID, name)
 	if err != nil {
@@ -208,7 +250,7 @@ func (c *Conn) subscribePresence(name string, m channels.Member) {
 	// for a member already in its own list.
 	if first {
 		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
-		_ = s.publish(ctx, cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
+		_ = s.publishNoWait(cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
 	}
 	b.release(frames...)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
@@ -286,13 +328,27 @@ func (c *Conn) addSub(name string, sub subscription) {
 	c.observeSub(name, true)
 }
 
-func (c *Conn) unsubscribe(name string) {
+// unsubscribe leaves a channel; a presence channel's or an indexed channel's leave may wait
+// on Redis and runs off the poller.
+func (c *Conn) unsubscribe(ctx context.Context, name string) {
+	sub, ok := c.subscribed(name)
+	if !ok {
+		return
+	}
+	if sub.userID != "" || c.srv.reg.SubscribeWaits(name) {
+		c.offPoller(ctx, func(ctx context.Context) { c.unsubscribeNow(ctx, name) })
+		return
+	}
+	c.unsubscribeNow(ctx, name)
+}
+
+func (c *Conn) unsubscribeNow(ctx context.Context, name string) {
 	c.subsMu.Lock()
 	sub, ok := c.subs[name]
 	delete(c.subs, name)
 	c.subsMu.Unlock()
 	if ok {
-		c.leave(name, sub)
+		c.leave(ctx, name, sub)
 		// Unbind here: cleanup only unbinds the users of the subscriptions left at close,
 		// so a binding kept after an unsubscribe would pin the *Conn in the socket table.
 		if sub.userID != "" {
@@ -302,7 +358,8 @@ func (c *Conn) unsubscribe(name string) {
 }
 
 // unbindIfUnused drops the socket's binding to user unless the socket still is that user,
-// signed in or in another presence channel. Called from the reader goroutine only.
+// signed in or in another presence channel. Called from the reader goroutine or the
+// connection's task goroutine, never both at once (tasks.go).
 func (c *Conn) unbindIfUnused(user string) {
 	c.subsMu.RLock()
 	used := c.userID == user
@@ -316,18 +373,21 @@ func (c *Conn) unbindIfUnused(user string) {
 }
 
 // leave removes the socket from a channel, announcing member_removed on a user's last
-// socket and channel_vacated on the channel's last one.
-func (c *Conn) leave(name string, sub subscription) {
+// socket and channel_vacated on the channel's last one. With scaling on, a presence or
+// indexed channel's leave waits on Redis: callers run it off the poller.
+func (c *Conn) leave(ctx context.Context, name string, sub subscription) {
 	s := c.srv
 	appID := c.app.cfg.ID
 	remaining, removed := s.reg.Unsubscribe(appID, name, c.socketID)
 	c.observeSub(name, false)
 	if sub.userID != "" {
-		ctx := context.Background()
+		if ctx == onPoller {
+			ctx = context.Background() // nothing remote (offPoller): the memory store ignores it
+		}
 		last, err := s.reg.Presence().Leave(ctx, appID, name, c.socketID, sub.userID)
 		if err == nil && last {
 			removed := `{"user_id":` + string(appendJSONString(nil, sub.userID)) + `}`
-			_ = s.publish(ctx, appID, name, "pusher_internal:member_removed", removed, c.socketID)
+			_ = s.publishNoWait(appID, name, "pusher_internal:member_removed", removed, c.socketID)
 			if s.wants(appID, "member_removed") {
 				s.emit(appID, map[string]any{"name": "member_removed", "channel": name, "user_id": sub.userID})
 			}
@@ -385,8 +445,10 @@ func (c *Conn) clientEvent(m ClientMessage) {
 	payload := AppendEvent(make([]byte, 0, len(m.Event)+len(m.Channel)+len(data)+64), m.Event, m.Channel, data, sub.userID, true)
 	frame := TextFrame(payload)
 	c.app.stats.published.Add(1)
-	_ = c.srv.reg.Publish(context.Background(), channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
-	c.observeClientEvent(m.Channel, m.Event, data)
+	// Local subscribers get it at once; other nodes through the broker's queue: the reading
+	// goroutine never waits for Redis.
+	_ = c.srv.reg.PublishNoWait(channels.Message{AppID: cfg.ID, Channel: m.Channel, Frame: frame, Except: c.socketID})
+	c.observeClientEvent(m.Channel, m.Event, data) // the console taps it whether or not a webhook wants it
 	if !c.srv.wants(cfg.ID, "client_event") {
 		return
 	}
@@ -398,7 +460,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 }
 
 // signin handles pusher:signin (user authentication).
-func (c *Conn) signin(data json.RawMessage) {
+func (c *Conn) signin(ctx context.Context, data json.RawMessage) {
 	cfg := c.app.cfg
 	if !cfg.UserAuthentication() {
 		c.sendError(codeUnauthorized, "User authentication is disabled for this app")
@@ -432,7 +494,7 @@ func (c *Conn) signin(data json.RawMessage) {
 	if prev != "" && prev != id {
 		// The previous user's own channel is theirs alone: signing in as someone else
 		// leaves it, so the socket stops receiving the old user's messages.
-		c.unsubscribe(channels.ServerToUserPrefix + prev)
+		c.unsubscribe(ctx, channels.ServerToUserPrefix+prev)
 		// Not an unconditional unbind: a presence membership under the previous id
 		// still binds the socket to it.
 		c.unbindIfUnused(prev)

@@ -26,7 +26,9 @@ const pollReadSize = 16 << 10
 // gets its turn. Level triggering simply reports it again on the next wait.
 //
 // Handlers (Conn.handle) run on the poller goroutine and must never block: they only
-// touch in-memory state and queue frames with Send.
+// touch in-memory state and queue frames with Send; whatever may wait on Redis (presence,
+// the cluster socket index) runs on the connection's task goroutine (tasks.go) and
+// publishes go through Registry.PublishNoWait.
 type poller struct {
 	epfd   int
 	wakefd int // eventfd that interrupts EpollWait at shutdown

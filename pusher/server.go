@@ -65,6 +65,9 @@ type ClusterView interface {
 
 // Server holds every app's sockets and channels on this node.
 type Server struct {
+	taskCounters
+	remote bool // the registry's presence or broker makes network round trips (tasks.go)
+
 	cfg      *config.Config
 	appsByID map[string]*appState
 	appsKey  map[string]*appState
@@ -110,6 +113,7 @@ func NewServer(opts Options) *Server {
 	if s.reg == nil {
 		s.reg = channels.NewRegistry(channels.Options{})
 	}
+	s.remote = s.reg.Remote()
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -251,6 +255,16 @@ func (s *Server) eventMessage(appID, channel, event, data, except string) channe
 // never follows a local delivery and its retry duplicates nothing.
 func (s *Server) publishAll(ctx context.Context, ms []channels.Message) error {
 	return s.reg.PublishAll(ctx, ms)
+}
+
+// publishNoWait is publish for callers that must not wait on Redis: this node's subscribers
+// get the event at once, other nodes through the broker's queue (Registry.PublishNoWait).
+func (s *Server) publishNoWait(appID, channel, event, data, except string) error {
+	s.observeOut(appID)
+	s.countPublished(appID, event)
+	frame := EventFrame(event, channel, data)
+	cacheable := !strings.HasPrefix(event, "pusher_internal:")
+	return s.reg.PublishNoWait(channels.Message{AppID: appID, Channel: channel, Frame: frame, Except: except, Cacheable: cacheable})
 }
 
 // MemberGone announces that a user left a presence channel without a local Leave saying so:

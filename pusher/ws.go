@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -347,13 +348,29 @@ func (c *Conn) cleanup() {
 	_ = c.netConn.Close() // abort is a no-op after a graceful close that only half-closed
 	s := c.srv
 	s.sockets.remove(c)
+	if s.remote {
+		// Presence leaves wait on Redis: they run on the connection's task goroutine, after
+		// any work still queued there (a join in flight is then left, not forgotten).
+		c.enqueue(c.leaveAll, true)
+	} else {
+		c.leaveAll(context.Background())
+	}
+	c.app.conns.Add(-1)
+	c.observeClose()
+	c.app.stats.closed[c.closeReason()].Add(1)
+	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
+}
+
+// leaveAll leaves every channel of a closed socket and drops its user bindings.
+func (c *Conn) leaveAll(ctx context.Context) {
+	s := c.srv
 	c.subsMu.Lock()
 	subs := c.subs
 	c.subs = nil
 	user := c.userID
 	c.subsMu.Unlock()
 	for name, sub := range subs {
-		c.leave(name, sub)
+		c.leave(ctx, name, sub)
 		if sub.userID != "" {
 			s.sockets.unbindUser(c.app.cfg.ID, sub.userID, c)
 		}
@@ -361,10 +378,6 @@ func (c *Conn) cleanup() {
 	if user != "" {
 		s.sockets.unbindUser(c.app.cfg.ID, user, c)
 	}
-	c.app.conns.Add(-1)
-	c.observeClose()
-	c.app.stats.closed[c.closeReason()].Add(1)
-	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", c.closeReason().String())
 }
 
 // originAllowed is the shared matcher (package origin), as on the Toolmark page endpoint.
