@@ -2,6 +2,7 @@ package channels_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -78,7 +79,7 @@ func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 			rdb := be.client(t)
 			spy := &replySpy{}
 			rdb.AddHook(spy)
-			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: "test:" + uuid.NewString() + ":", NodeTTL: time.Minute})
+			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: "test:" + uuid.NewString() + ":", NodeTimeout: time.Minute})
 			occ := channels.NewRedisOccupancy(pres, "private-toolmark.", nil)
 			t.Cleanup(occ.Close)
 			reg := channels.NewRegistry(channels.Options{Presence: pres, Occupancy: occ})
@@ -103,6 +104,14 @@ func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 			if !spy.any("mine") {
 				t.Fatal("the spy saw nothing: the test would pass vacuously")
 			}
+			// More fields than one HSCAN page.
+			for i := 0; i < 1500; i++ {
+				reg.Subscribe("a*", fmt.Sprintf("many-%d", i), &channelstest.Sink{ID: "1.1"})
+			}
+			waitUntil(t, "every channel listed", func() bool {
+				list, err := occ.Channels(ctx, "a*", "many-")
+				return err == nil && len(list) == 1500
+			})
 		})
 	}
 }
