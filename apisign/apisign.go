@@ -68,18 +68,18 @@ func Middleware(cfg Config) echo.MiddlewareFunc {
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			r := c.Request()
 			app, cred, ok := cfg.Lookup(c.Param(cfg.Param))
 			if !ok {
-				return refuse(c, http.StatusNotFound, "Unknown app")
+				return refuseUnread(c, http.StatusNotFound, "Unknown app")
 			}
-			r := c.Request()
 			query := r.URL.Query()
 			path, ok := SignedPath(r, cfg.Prefix)
 			if !ok {
-				return refuse(c, http.StatusUnauthorized, "Invalid signature")
+				return refuseUnread(c, http.StatusUnauthorized, "Invalid signature")
 			}
 			if err := auth.VerifyQuery(r.Method, path, query, cred.Key, cred.Secret, cfg.Now()); err != nil {
-				return refuse(c, http.StatusUnauthorized, err.Error())
+				return refuseUnread(c, http.StatusUnauthorized, err.Error())
 			}
 			body, status, msg := readBody(c, cfg.MaxBody)
 			if status != 0 {
@@ -124,7 +124,9 @@ func readBody(c echo.Context, limit int64) ([]byte, int, string) {
 	if r.ContentLength > 0 {
 		buf.Grow(int(r.ContentLength))
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(c.Response(), r.Body, limit))
+	// The server's own ResponseWriter, so that going over the limit also closes the
+	// connection (net/http's MaxBytesReader hook) instead of draining the rest.
+	_, err := buf.ReadFrom(http.MaxBytesReader(c.Response().Writer, r.Body, limit))
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
@@ -133,6 +135,18 @@ func readBody(c echo.Context, limit int64) ([]byte, int, string) {
 		return nil, http.StatusBadRequest, "Could not read the request body"
 	}
 	return buf.Bytes(), 0, ""
+}
+
+// refuseUnread refuses a request whose body was not read. When a body is announced or
+// chunked, the connection ends with the answer: net/http would otherwise read up to 256 KiB
+// of it after the handler, at the client's pace, to reuse the connection for a caller that
+// has not authenticated. A read deadline in the past makes that read fail at once.
+func refuseUnread(c echo.Context, status int, msg string) error {
+	if r := c.Request(); r.ContentLength != 0 {
+		c.Response().Header().Set("Connection", "close")
+		_ = http.NewResponseController(c.Response().Writer).SetReadDeadline(time.Unix(1, 0))
+	}
+	return refuse(c, status, msg)
 }
 
 func refuse(c echo.Context, status int, msg string) error {

@@ -57,6 +57,10 @@ func TestBodyNotReadBeforeSignature(t *testing.T) {
 		if rec.Code != 401 || body.reads.Load() != 0 {
 			t.Errorf("%s: status %d after %d reads, want 401 after none", name, rec.Code, body.reads.Load())
 		}
+		// The unread body is not drained at the caller's pace: the connection closes.
+		if rec.Header().Get("Connection") != "close" {
+			t.Errorf("%s: Connection %q, want close", name, rec.Header().Get("Connection"))
+		}
 	}
 }
 

@@ -30,17 +30,23 @@ type ManifestFeed interface {
 
 // WithManifestFeed wraps s so that every manifest it stores and every rev it raises is
 // published on feed. It is how the bridge's page endpoint feeds the MCP server without either
-// knowing of the other.
-func WithManifestFeed(s Store, feed ManifestFeed) Store { return &feedStore{Store: s, feed: feed} }
+// knowing of the other. only, if not nil, limits the changes published to the apps it accepts
+// (those with MCP on), so that an app without MCP pays nothing for it.
+func WithManifestFeed(s Store, feed ManifestFeed, only func(appID string) bool) Store {
+	return &feedStore{Store: s, feed: feed, only: only}
+}
 
 type feedStore struct {
 	Store
 	feed ManifestFeed
+	only func(appID string) bool
 }
+
+func (f *feedStore) wanted(app string) bool { return f.only == nil || f.only(app) }
 
 func (f *feedStore) PutManifest(ctx context.Context, k ConvKey, m Manifest, ttl time.Duration) (bool, error) {
 	stored, err := f.Store.PutManifest(ctx, k, m, ttl)
-	if err == nil && stored {
+	if err == nil && stored && f.wanted(k.App) {
 		f.feed.Publish(ctx, ManifestChange{Key: k, ClientID: m.ClientID, Rev: m.Rev})
 	}
 	return stored, err
@@ -48,7 +54,7 @@ func (f *feedStore) PutManifest(ctx context.Context, k ConvKey, m Manifest, ttl 
 
 func (f *feedStore) ChangeRev(ctx context.Context, k ConvKey, clientID string, rev int64, ttl time.Duration) (bool, error) {
 	current, err := f.Store.ChangeRev(ctx, k, clientID, rev, ttl)
-	if err == nil && current {
+	if err == nil && current && f.wanted(k.App) {
 		// The stored rev is max(old, rev); a lower rev is announced too and subscribers that
 		// already saw a higher one ignore it.
 		f.feed.Publish(ctx, ManifestChange{Key: k, ClientID: clientID, Rev: rev})

@@ -46,7 +46,7 @@ func TestManifestFeedStore(t *testing.T) {
 	feed := bridge.NewLocalFeed()
 	var log changeLog
 	cancel := feed.Subscribe(log.add)
-	s := bridge.WithManifestFeed(bridge.NewMemoryStore(bridge.MemoryOptions{}), feed)
+	s := bridge.WithManifestFeed(bridge.NewMemoryStore(bridge.MemoryOptions{}), feed, func(app string) bool { return app != "quiet" })
 	k := bridge.ConvKey{App: "a", User: "u", Conversation: "c"}
 	steps := []func() error{
 		func() error {
@@ -64,6 +64,11 @@ func TestManifestFeedStore(t *testing.T) {
 			return err
 		},
 	}
+	quiet := bridge.ConvKey{App: "quiet", User: "u", Conversation: "c"}
+	steps = append([]func() error{func() error {
+		_, err := s.PutManifest(ctx, quiet, bridge.Manifest{ClientID: "p1", Rev: 1}, time.Minute) // filtered out
+		return err
+	}}, steps...)
 	for i, step := range steps {
 		if err := step(); err != nil {
 			t.Fatalf("step %d: %v", i, err)

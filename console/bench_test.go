@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -80,7 +79,7 @@ func benchFanout(b *testing.B, mode string, n int) {
 	for i := range counts {
 		counts[i] = subscriber(b, url, "orders")
 	}
-	data, _ := json.Marshal(`{"order":{"id":123456,"status":"shipped","items":[1,2,3]}}`)
+	data := []byte(`"{\"order\":{\"id\":123456,\"status\":\"shipped\",\"items\":[1,2,3]}}"`)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -26,7 +26,7 @@ import (
 // Server is what the console reads from and triggers through (*pusher.Server).
 type Server interface {
 	SetObserver(pusher.Observer)
-	Counters(appID string) (in, out, delivered uint64)
+	Counters(appID string) (in, out, nodeDeliveries uint64)
 	ConnectionCount(appID string) int
 	ChannelList(ctx context.Context, appID string) []channels.ChannelInfo
 	Members(ctx context.Context, appID, channel string) ([]channels.Member, error)
@@ -211,6 +211,7 @@ func (c *Console) sampler() {
 	}
 }
 
+// sample reads each app's connection count and the message counters (a few atomic loads).
 func (c *Console) sample() {
 	for _, id := range c.order {
 		in, out, del := c.opts.Server.Counters(id)

@@ -148,6 +148,8 @@ func TestLogin(t *testing.T) {
 		{"prefix of the token", testToken[:5], h.ts.URL, http.StatusUnauthorized, "Wrong token."},
 		{"no origin", testToken, "", http.StatusForbidden, "Cross-site login refused."},
 		{"other origin", testToken, "http://evil.example", http.StatusForbidden, "Cross-site login refused."},
+		{"other port", testToken, "http://127.0.0.1:1", http.StatusForbidden, "Cross-site login refused."},
+		{"opaque origin", testToken, "null", http.StatusForbidden, "Cross-site login refused."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,5 +349,54 @@ func TestPreviewAndHiddenData(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("%s %q: got %q, want %q", tt.channel, tt.data, got, tt.want)
 		}
+	}
+}
+
+// TestSecureCookieUnderTLS: under TLS the session cookie is Secure.
+func TestSecureCookieUnderTLS(t *testing.T) {
+	srv := &fakeServer{members: map[string][]channels.Member{}}
+	c := New(Options{Token: testToken, Apps: []string{"app1"}, Server: srv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e := echo.New()
+	c.Register(e, "")
+	ts := httptest.NewTLSServer(e)
+	t.Cleanup(func() { ts.Close(); c.Close() })
+	client := ts.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	login := func(origin string) *http.Response {
+		req, _ := http.NewRequest("POST", ts.URL+"/console/login", strings.NewReader("token="+testToken))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	if res := login("https://evil.example"); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("foreign Origin: %d", res.StatusCode)
+	}
+	res := login(ts.URL)
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 || !res.Cookies()[0].Secure || !res.Cookies()[0].HttpOnly {
+		t.Fatalf("%d %+v", res.StatusCode, res.Cookies())
+	}
+}
+
+// TestBehindATLSProxy: a plain listener behind a TLS-terminating proxy accepts the browser's
+// https Origin for the same host and marks the cookie Secure.
+func TestBehindATLSProxy(t *testing.T) {
+	h := newHarness(t, 0)
+	host := strings.TrimPrefix(h.ts.URL, "http://")
+	req, _ := http.NewRequest("POST", h.ts.URL+"/ws/console/login", strings.NewReader("token="+testToken))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://"+host)
+	req.Header.Set("X-Forwarded-Proto", "https")
+	res, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 || !res.Cookies()[0].Secure {
+		t.Fatalf("%d %+v", res.StatusCode, res.Cookies())
 	}
 }

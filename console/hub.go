@@ -93,16 +93,23 @@ func (a *appView) admitLocked(now time.Time) bool {
 	return true
 }
 
-func (a *appView) sample(conns int, in, out, del uint64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (a *appView) recordLocked(conns int) {
 	a.history[a.hpos] = int32(conns)
 	a.hpos = (a.hpos + 1) % historySeconds
 	a.hlen = min(a.hlen+1, historySeconds)
+}
+
+func (a *appView) sample(conns int, in, out, del uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recordLocked(conns)
 	cur := [3]uint64{in, out, del}
 	if a.haveLast {
 		for i := range cur {
-			a.rates[i] = cur[i] - a.last[i]
+			a.rates[i] = 0
+			if cur[i] > a.last[i] {
+				a.rates[i] = cur[i] - a.last[i]
+			}
 		}
 	}
 	a.last, a.haveLast = cur, true

@@ -167,22 +167,26 @@ func (c *Console) requireCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// sameOrigin reports whether the request's Origin names the host it was sent to. Browsers send
-// Origin on every POST, so a missing one is refused too.
+// sameOrigin reports whether the request's Origin names the host (and port) it was sent to.
+// Browsers send Origin on every POST, so a missing one is refused too. The scheme is not
+// compared: behind a TLS-terminating proxy the browser's https Origin reaches a plain-HTTP
+// listener, and a page on the same host over the other scheme is no foreign site.
 func sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
 		return false
 	}
 	u, err := url.Parse(o)
-	if err != nil || u.Host == "" {
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return false
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return strings.EqualFold(u.Host, r.Host) && u.Scheme == scheme
+	return strings.EqualFold(u.Host, r.Host)
+}
+
+// secureRequest reports TLS here or at a proxy in front (X-Forwarded-Proto). Trusting the
+// header only ever makes the cookie stricter.
+func secureRequest(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
 func noStore(ctx echo.Context) {
@@ -196,7 +200,7 @@ func (c *Console) setSessionCookie(ctx echo.Context, value string, maxAge int) {
 		Path:     c.base, // {path}/console: the cookie goes nowhere else on the server
 		MaxAge:   maxAge,
 		HttpOnly: true,
-		Secure:   ctx.Request().TLS != nil,
+		Secure:   secureRequest(ctx.Request()),
 		SameSite: http.SameSiteStrictMode,
 	})
 }

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -263,5 +264,98 @@ func TestSessionOwner(t *testing.T) {
 	_ = res.Body.Close()
 	if res := post(tok, sid, ping); res.StatusCode != http.StatusNotFound {
 		t.Fatalf("after delete: %d", res.StatusCode)
+	}
+}
+
+// TestSessionBound: a new session over MaxSessions closes the conversation's least recently
+// used one (its client then gets 404), other conversations are untouched.
+func TestSessionBound(t *testing.T) {
+	h := newHarness(t, bridgeLimits(), func(o *Options) { o.MaxSessions = 2 })
+	ctx := context.Background()
+	first := h.client(token("secret1", nil), nil)
+	second := h.client(token("secret1", nil), nil)
+	other := h.client(token("secret1", map[string]any{"conversation_id": "c2"}), nil)
+	if err := second.Ping(ctx, nil); err != nil { // second is now more recently used than first
+		t.Fatal(err)
+	}
+	third := h.client(token("secret1", nil), nil)
+	waitFor(t, "the least recently used session to close", func() bool {
+		return h.mcp.sessionCount(bridge.ConvKey{App: "app1", User: "u1", Conversation: "c1"}) == 2
+	})
+	if err := first.Ping(ctx, nil); err == nil {
+		t.Fatal("the evicted session still answers")
+	}
+	for name, cs := range map[string]*sdk.ClientSession{"second": second, "third": third, "other": other} {
+		if err := cs.Ping(ctx, nil); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestStreamEndsAtExp: the GET stream of a session ends when the token that opened it expires.
+func TestStreamEndsAtExp(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	// exp 29 s ago: valid for one more second thanks to the 30 s leeway.
+	tok := token("secret1", map[string]any{"exp": time.Now().Add(-29 * time.Second).Unix()})
+	post := func(session, body string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/toolmark/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res
+	}
+	sid := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`).Header.Get("Mcp-Session-Id")
+	post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	req, _ := http.NewRequest(http.MethodGet, h.srv.URL+"/toolmark/mcp", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	start := time.Now()
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %v %v", err, res)
+	}
+	_, _ = io.Copy(io.Discard, res.Body) // returns when the server ends the stream
+	_ = res.Body.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the stream outlived its token by %v", d)
+	}
+}
+
+// TestCallRefusals: the calls API's rate limit and input bounds apply to MCP calls, as error
+// results the model can read.
+func TestCallRefusals(t *testing.T) {
+	h := newHarness(t, bridge.Limits{CallBurst: 2, CallRate: 0.001, PageBurst: 1 << 20, PageRate: 1 << 20})
+	h.page.setAnswer(standardPage)
+	h.openPage("c1", "p1", 1, testTools)
+	cs := h.client(token("secret1", nil), nil)
+	ctx := context.Background()
+	deep := json.RawMessage(strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70))
+	for i, tc := range []struct {
+		args any
+		want string
+	}{
+		{map[string]any{}, `"status":"ok"`},
+		{deep, `Invalid arguments: nesting deeper than 63`},
+		{map[string]any{}, `"status":"ok"`},
+		{map[string]any{}, `Too many calls`},
+	} {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__create", Arguments: tc.args})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if text := res.Content[0].(*sdk.TextContent).Text; !strings.Contains(text, tc.want) || res.IsError != (tc.want != `"status":"ok"`) {
+			t.Fatalf("call %d: %s, want %s", i, text, tc.want)
+		}
 	}
 }

@@ -224,15 +224,19 @@ func testApps() fakeApps {
 	}
 }
 
-func newHarness(t testing.TB, limits bridge.Limits) *harness {
+func newHarness(t testing.TB, limits bridge.Limits, with ...func(*Options)) *harness {
 	h := &harness{t: t, hooks: &fakeEmitter{}, sockets: &fakeSockets{open: map[string]string{}}, apps: testApps(), logs: &syncBuffer{}}
 	h.page = &fakePage{t: t}
 	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
 	feed := bridge.NewLocalFeed()
 	mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
-	h.br = bridge.New(bridge.Options{Store: bridge.WithManifestFeed(mem, feed), Publisher: h.page, Sockets: h.sockets,
+	h.br = bridge.New(bridge.Options{Store: bridge.WithManifestFeed(mem, feed, nil), Publisher: h.page, Sockets: h.sockets,
 		Webhooks: h.hooks, Apps: h.apps, Logger: logger, Limits: limits})
-	h.mcp = New(Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger})
+	opts := Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger}
+	for _, f := range with {
+		f(&opts)
+	}
+	h.mcp = New(opts)
 	e := echo.New()
 	g := e.Group("")
 	h.br.Register(g, "")

@@ -30,7 +30,8 @@ import (
 const (
 	DefaultSessionTimeout  = time.Hour
 	DefaultMaxBody         = 1 << 20
-	DefaultMaxSessions     = 64 // per app/user/conversation on one node
+	DefaultMaxSessions     = 64    // per app/user/conversation on one node
+	DefaultMaxNodeSessions = 10000 // per node
 	DefaultDescribeTimeout = 5 * time.Second
 	maxCachedConversations = 10000
 )
@@ -54,9 +55,12 @@ type Options struct {
 	SessionTimeout time.Duration
 	// MaxBody bounds a POST body (default 1 MiB, the bridge's bound); over it → 413.
 	MaxBody int64
-	// MaxSessions bounds the sessions of one app/user/conversation on this node (default 64);
-	// an initialize over it → 429.
+	// MaxSessions bounds the sessions of one app/user/conversation on this node (default 64).
+	// MCP clients often start a session per run and never DELETE it, so a new session over the
+	// bound closes the conversation's least recently used one instead of being refused.
 	MaxSessions int
+	// MaxNodeSessions bounds all sessions of this node the same way (default 10000).
+	MaxNodeSessions int
 	// DescribeTimeout bounds each describe of a tools/list (default and maximum 5 s).
 	DescribeTimeout time.Duration
 }
@@ -87,7 +91,8 @@ type session struct {
 	ss  *sdk.ServerSession
 
 	// Guarded by Server.mu.
-	streams int // open GET streams
+	lastUsed time.Time
+	streams  int // open GET streams
 	// known is the manifest the client last saw (listed or was told of), so a repeated change
 	// is not announced twice.
 	knownClient string
@@ -111,6 +116,9 @@ func New(opts Options) *Server {
 	}
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.MaxNodeSessions <= 0 {
+		opts.MaxNodeSessions = DefaultMaxNodeSessions
 	}
 	if opts.DescribeTimeout <= 0 || opts.DescribeTimeout > DefaultDescribeTimeout {
 		opts.DescribeTimeout = DefaultDescribeTimeout
@@ -207,9 +215,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set(requestIDHeader, id)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		if sessionID == "" && s.sessionCount(g.key) >= s.opts.MaxSessions {
-			writeError(w, http.StatusTooManyRequests, "Too many MCP sessions for this conversation")
-			return
+		if sessionID == "" {
+			s.makeRoom(g.key)
 		}
 	case http.MethodGet:
 		if sessionID != "" {
@@ -218,7 +225,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), grantKey{}, g)))
+	ctx := context.WithValue(r.Context(), grantKey{}, g)
+	if r.Method == http.MethodGet {
+		// The GET stream is one long request: it ends when its token expires, so a token is
+		// never honoured past its exp (the client reconnects with a fresh one).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, g.exp.Add(Leeway))
+		defer cancel()
+	}
+	s.inner.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
@@ -253,8 +268,10 @@ func toolsCallID(body []byte) (string, bool) {
 	return "", false
 }
 
-// receive is the receiving middleware: it registers the session on its first message and
-// answers tools/list and tools/call; everything else is the SDK's.
+// receive is the receiving middleware: it registers the session on initialize and answers
+// tools/list and tools/call; everything else is the SDK's. Only initialize registers: the SDK
+// also creates a session for other requests without a session id (a newer client's probe such
+// as server/discover), and closes it at once; those must not count as sessions.
 func (s *Server) receive(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 		ss, _ := req.GetSession().(*sdk.ServerSession)
@@ -266,7 +283,15 @@ func (s *Server) receive(next sdk.MethodHandler) sdk.MethodHandler {
 		if g == nil {
 			return next(ctx, method, req)
 		}
-		se := s.register(ss, g.key)
+		var se *session
+		if method == "initialize" {
+			se = s.register(ss, g.key)
+		} else {
+			se = s.touch(ss.ID())
+		}
+		if se == nil {
+			return next(ctx, method, req)
+		}
 		switch method {
 		case "tools/list":
 			return s.listTools(ctx, g, se)
@@ -281,15 +306,29 @@ func (s *Server) receive(next sdk.MethodHandler) sdk.MethodHandler {
 	}
 }
 
+// touch returns the session's record (marked as used now), or nil for a session that never
+// initialized.
+func (s *Server) touch(id string) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se := s.sessions[id]
+	if se != nil {
+		se.lastUsed = time.Now()
+	}
+	return se
+}
+
 // register returns the session's record, creating it (and its clean-up) on first sight.
 func (s *Server) register(ss *sdk.ServerSession, key bridge.ConvKey) *session {
 	id := ss.ID()
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if se := s.sessions[id]; se != nil {
+		se.lastUsed = now
 		return se
 	}
-	se := &session{id: id, key: key, ss: ss}
+	se := &session{id: id, key: key, ss: ss, lastUsed: now}
 	s.sessions[id] = se
 	set := s.byConv[key]
 	if set == nil {
@@ -312,6 +351,41 @@ func (s *Server) register(ss *sdk.ServerSession, key bridge.ConvKey) *session {
 	return se
 }
 
+// makeRoom closes the least recently used session of the conversation, or of the node, when
+// a new session would exceed MaxSessions or MaxNodeSessions. The closed session's client gets
+// 404 on its next request and starts a new one.
+func (s *Server) makeRoom(key bridge.ConvKey) {
+	s.mu.Lock()
+	var victim *session
+	oldest := func(set func(func(*session))) {
+		set(func(se *session) {
+			if victim == nil || se.lastUsed.Before(victim.lastUsed) {
+				victim = se
+			}
+		})
+	}
+	if len(s.byConv[key]) >= s.opts.MaxSessions {
+		oldest(func(f func(*session)) {
+			for se := range s.byConv[key] {
+				f(se)
+			}
+		})
+	} else if len(s.sessions) >= s.opts.MaxNodeSessions {
+		oldest(func(f func(*session)) {
+			for _, se := range s.sessions {
+				f(se)
+			}
+		})
+	}
+	s.mu.Unlock()
+	if victim != nil {
+		s.log.Info("toolmark mcp: session closed to make room", slog.String("app", victim.key.App),
+			slog.String("session", victim.id))
+		go func() { _ = victim.ss.Close() }()
+	}
+}
+
+// sessionCount is the number of this node's sessions of the conversation.
 func (s *Server) sessionCount(key bridge.ConvKey) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,7 +1,9 @@
 package pusher
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -45,5 +47,33 @@ func TestSignedAPIRefusals(t *testing.T) {
 				},
 			})
 		})
+	}
+}
+
+// An unauthenticated request announcing a 100 kB body (under the 256 KiB net/http would
+// drain to keep the connection) and sending almost none of it is
+// answered 401 at once and its connection closed: nothing waits for, or drains, the body.
+func TestUnsignedSlowBodyAnsweredAndClosed(t *testing.T) {
+	ts := newServer(t)
+	nc, err := net.Dial("tcp", ts.ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(waitTimeout))
+	head := "POST /apps/" + testAppID + "/events?auth_key=" + testKey + " HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{"
+	if _, err := nc.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 401 || !resp.Close {
+		t.Fatalf("status %d, close %v; want 401 and the connection closed", resp.StatusCode, resp.Close)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if _, err := nc.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the answer: %v, want EOF (connection closed)", err)
 	}
 }

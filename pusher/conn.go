@@ -106,7 +106,6 @@ func (c *Conn) Send(frame []byte) {
 		b.after = append(b.after, frame)
 		c.heldBytes += len(frame)
 		c.mu.Unlock()
-		c.observeSend()
 		return
 	}
 	c.queue = append(c.queue, frame)
@@ -114,7 +113,6 @@ func (c *Conn) Send(frame []byte) {
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)
-	c.observeSend()
 }
 
 // kick says who must write next after frames were queued.

@@ -22,7 +22,6 @@ const (
 // Redis is handed to the connection's task goroutine (tasks.go), and while that has work,
 // every request but a ping waits behind it so that requests take effect in order.
 func (c *Conn) handle(raw []byte) {
-	c.observeIn()
 	c.app.stats.clientMessages.Add(1)
 	m, err := DecodeClientMessage(raw)
 	if err != nil {

@@ -56,9 +56,19 @@ func (s *Server) countPublished(appID, event string) {
 	}
 }
 
-// endReasons are the reasons an admitted connection can end with.
-var endReasons = []CloseReason{CloseClientGone, CloseServerShutdown, ClosePongTimeout, CloseSlowConsumer,
-	CloseTerminated, CloseMessageTooBig, CloseWriteError, CloseProtocolError}
+// endReasons are the reasons an admitted connection can end with: every reason but none and
+// the connect-time-only refusals, so a reason added to errors.go is exported without an edit here.
+var endReasons = func() []CloseReason {
+	var out []CloseReason
+	for r := CloseClientGone; int(r) < closeReasonCount; r++ {
+		switch r {
+		case CloseAppNotFound, CloseAppDisabled, CloseOverQuota, CloseOriginNotAllowed, CloseUnsupportedProtocol:
+		default:
+			out = append(out, r)
+		}
+	}
+	return out
+}()
 
 // refusalReasons are the reasons admit can refuse a connection with.
 var refusalReasons = []CloseReason{CloseAppDisabled, CloseOverQuota, CloseOriginNotAllowed, CloseUnsupportedProtocol, CloseServerShutdown}

@@ -1,15 +1,21 @@
 package pusher
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/reverbgo/reverbgo/config"
-
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/reverbgo/reverbgo/config"
 )
 
 // sample returns the value of the series name{labels} in reg, or -1 when absent.
@@ -50,9 +56,31 @@ func value(m *dto.Metric) float64 {
 	return -1
 }
 
+// newMetricsServer is newServer with the HTTPMetrics middleware installed before the server
+// starts (echo's middleware list must not change while requests are served).
+func newMetricsServer(t *testing.T, app func(*config.App)) *tserver {
+	t.Helper()
+	cfg := testConfig()
+	app(&cfg.Apps[0])
+	s := NewServer(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(s.HTTPMetrics(""))
+	s.Routes(e, "")
+	hs := httptest.NewUnstartedServer(e)
+	hs.Listener = s.FastListener(hs.Listener, "")
+	hs.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+		hs.Close()
+	})
+	return &tserver{t: t, cfg: cfg, app: &cfg.Apps[0], s: s, e: e, ts: hs}
+}
+
 func TestMetricsMoveWithTraffic(t *testing.T) {
-	ts := newServer(t, withApp(func(a *config.App) { a.ClientEventRateLimit = intPtr(1); a.AcceptClientEventsFrom = "all" }))
-	ts.e.Use(ts.s.HTTPMetrics(""))
+	ts := newMetricsServer(t, func(a *config.App) { a.ClientEventRateLimit = intPtr(1); a.AcceptClientEventsFrom = "all" })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(ts.s.Collector())
 	app := map[string]string{"app": testAppID}
@@ -139,5 +167,33 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A client that stops reading is cut off and counted as a slow consumer.
+func TestMetricsSlowConsumer(t *testing.T) {
+	ts := newServer(t, withOptions(func(o *Options) { o.MaxQueueBytes = 64 << 10 }))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ts.s.Collector())
+	slow := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
+	slow.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"firehose"}}`)
+	eventually(t, "subscribed", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 1 })
+	payload := []byte(`"` + strings.Repeat("x", 8000) + `"`)
+	deadline := time.Now().Add(20 * time.Second)
+	for ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("slow consumer never cut off")
+		}
+		if err := ts.s.Publish(testAppID, "firehose", "big", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := map[string]string{"app": testAppID}
+	eventually(t, "slow consumer counted", func() bool {
+		return sample(t, reg, "reverbgo_slow_consumer_disconnects_total", app) == 1 &&
+			sample(t, reg, "reverbgo_connections_closed_total", map[string]string{"app": testAppID, "reason": "slow_consumer"}) == 1
+	})
+	if v := sample(t, reg, "reverbgo_delivery_bytes_total", nil); v < 64<<10 {
+		t.Errorf("delivery bytes %v, want more than the 64 KiB queue", v)
 	}
 }

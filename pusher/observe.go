@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/reverbgo/reverbgo/channels"
 )
@@ -36,11 +35,6 @@ const (
 // path sees in production when the console is off or closed.
 type tap struct{ o Observer }
 
-// appCounters are an app's message counters, counted only while an observer is attached.
-type appCounters struct {
-	in, out, delivered atomic.Uint64
-}
-
 // SetObserver attaches o, or detaches the observer with nil.
 func (s *Server) SetObserver(o Observer) {
 	if o == nil {
@@ -50,34 +44,16 @@ func (s *Server) SetObserver(o Observer) {
 	s.tap.Store(&tap{o: o})
 }
 
-// Counters returns the app's cumulative client frames in, events published and frames
-// delivered to local sockets, counted while an observer was attached.
-func (s *Server) Counters(appID string) (in, out, delivered uint64) {
+// Counters returns the app's cumulative client frames received and events published, and
+// the frames this node queued on its sockets for every app (the metrics' counters, which
+// count whether or not a console is open).
+func (s *Server) Counters(appID string) (in, out, nodeDeliveries uint64) {
+	nodeDeliveries, _ = s.reg.Deliveries()
 	a := s.appsByID[appID]
 	if a == nil {
-		return 0, 0, 0
+		return 0, 0, nodeDeliveries
 	}
-	return a.obs.in.Load(), a.obs.out.Load(), a.obs.delivered.Load()
-}
-
-func (c *Conn) observeIn() {
-	if c.srv.tap.Load() != nil {
-		c.app.obs.in.Add(1)
-	}
-}
-
-func (c *Conn) observeSend() {
-	if c.srv.tap.Load() != nil {
-		c.app.obs.delivered.Add(1)
-	}
-}
-
-func (s *Server) observeOut(appID string) {
-	if s.tap.Load() != nil {
-		if a := s.appsByID[appID]; a != nil {
-			a.obs.out.Add(1)
-		}
-	}
+	return a.stats.clientMessages.Load(), a.stats.published.Load(), nodeDeliveries
 }
 
 func (c *Conn) observeOpen() {
@@ -143,7 +119,7 @@ func (e *TriggerError) Error() string { return e.Message }
 
 // Trigger publishes one event exactly as a signed POST /apps/{id}/events would (same
 // validation, same publish path), on behalf of the console: it is reported to the observer
-// as ObservedConsole.
+// as ObservedConsole. data is the body's "data" value: a JSON string, as every SDK sends.
 func (s *Server) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
 	app := s.appsByID[appID]
 	if app == nil {

@@ -26,8 +26,7 @@ import (
 type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
-	obs   appCounters // counted only while a console observes (observe.go)
-	stats appStats    // metrics.go
+	stats appStats // metrics.go
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -243,7 +242,6 @@ func (s *Server) publish(ctx context.Context, appID, channel, event, data, excep
 
 // eventMessage encodes one event for the broker (and counts it as published).
 func (s *Server) eventMessage(appID, channel, event, data, except string) channels.Message {
-	s.observeOut(appID)
 	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")
@@ -260,7 +258,6 @@ func (s *Server) publishAll(ctx context.Context, ms []channels.Message) error {
 // publishNoWait is publish for callers that must not wait on Redis: this node's subscribers
 // get the event at once, other nodes through the broker's queue (Registry.PublishNoWait).
 func (s *Server) publishNoWait(appID, channel, event, data, except string) error {
-	s.observeOut(appID)
 	s.countPublished(appID, event)
 	frame := EventFrame(event, channel, data)
 	cacheable := !strings.HasPrefix(event, "pusher_internal:")

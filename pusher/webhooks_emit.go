@@ -1,6 +1,10 @@
 package pusher
 
-import "context"
+import (
+	"context"
+
+	"github.com/reverbgo/reverbgo/channels"
+)
 
 // Wanter is implemented by an Emitter that can say cheaply whether an event would go
 // anywhere (webhooks.Dispatcher does, with one map lookup). The server asks before it
@@ -29,9 +33,9 @@ func (s *Server) SubscriptionCount(ctx context.Context, appID, channel string) (
 }
 
 // emitCount tells the webhooks that a channel's subscriber count changed; they debounce
-// it into one subscription_count.
+// it into one subscription_count. Presence channels have none, as on Pusher.
 func (s *Server) emitCount(appID, channel string) {
-	if s.wants(appID, "subscription_count") {
+	if !channels.KindOf(channel).IsPresence() && s.wants(appID, "subscription_count") {
 		s.hooks.Emit(appID, map[string]any{"name": "subscription_count", "channel": channel})
 	}
 }

@@ -194,7 +194,7 @@ func TestWebhookWants(t *testing.T) {
 			t.Errorf("emitted %s, which is not wanted", n)
 		}
 	}
-	if rec.count("channel_occupied:room") != 1 || rec.count("subscription_count:cache-c") != 1 {
+	if rec.count("channel_occupied:room") != 1 || rec.count("subscription_count:cache-c") != 1 || rec.count("subscription_count:presence-p") != 0 {
 		t.Errorf("events: %v", rec.names())
 	}
 }

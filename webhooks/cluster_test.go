@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testenv"
 )
 
 // sharedStores returns, per backend (miniredis, and a real server when
@@ -29,7 +29,7 @@ func sharedStores(t *testing.T) map[string]func(t *testing.T) func() Store {
 			}
 		},
 	}
-	if u := os.Getenv("REVERBGO_TEST_REDIS_URL"); u != "" {
+	if u := testenv.RedisURL(t); u != "" {
 		opt, err := redis.ParseURL(u)
 		if err != nil {
 			t.Fatal(err)

@@ -36,9 +36,10 @@ type outbox struct {
 	apiKey  string // credentials and headers as of the last SetApps; read per attempt
 	secret  string
 	headers map[string]string
-	running bool // a run goroutine exists (or is about to)
-	dirty   bool // poked since run last looked at the store
-	queued  int  // events this process queued since the last claim (for MaxBatch)
+	running bool      // a run goroutine exists (or is about to)
+	dirty   bool      // poked since run last looked at the store
+	queued  int       // events this process queued and run has not claimed (for MaxBatch)
+	since   time.Time // when the oldest of those was queued; zero when queued is 0
 }
 
 func newOutbox(d *Dispatcher, key, appID, rawURL, logURL string) *outbox {
@@ -90,6 +91,9 @@ func (ob *outbox) poke(n int) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	ob.dirty = true
+	if n > 0 && ob.queued == 0 {
+		ob.since = time.Now()
+	}
 	ob.queued += n
 	if ob.running {
 		if ob.queued >= d.maxBatch {
@@ -115,8 +119,8 @@ func (ob *outbox) poke(n int) {
 func (ob *outbox) run() {
 	d := ob.d
 	defer d.wg.Done()
-	ob.waitWindow()
 	for {
+		ob.waitWindow()
 		ob.mu.Lock()
 		ob.dirty = false
 		ob.mu.Unlock()
@@ -146,12 +150,14 @@ func (ob *outbox) run() {
 				ob.mu.Unlock()
 				continue
 			}
-			ob.running, ob.queued = false, 0
+			ob.running, ob.queued, ob.since = false, 0, time.Time{}
 			ob.mu.Unlock()
 			return
 		}
 		ob.mu.Lock()
-		ob.queued = max(0, ob.queued-len(batch))
+		if ob.queued = max(0, ob.queued-len(batch)); ob.queued == 0 {
+			ob.since = time.Time{}
+		}
 		ob.mu.Unlock()
 		// On false the loop's checks end it: Close's context ended (memory: the rest is
 		// dropped), a shared store is closing, or the lease was lost (the claim is refused).
@@ -161,30 +167,41 @@ func (ob *outbox) run() {
 
 func (ob *outbox) exit() {
 	ob.mu.Lock()
-	ob.running, ob.queued = false, 0
+	ob.running, ob.queued, ob.since = false, 0, time.Time{}
 	ob.mu.Unlock()
 }
 
-// waitWindow lets events gather for the batch window, unless MaxBatch are already queued
-// or the Dispatcher is closing.
+// waitWindow lets events gather until the oldest this process queued has waited the batch
+// window, unless MaxBatch are already queued or the Dispatcher is closing. Without such an
+// event (a poll found work queued by another node) it waits one window from now.
 func (ob *outbox) waitWindow() {
 	d := ob.d
 	if d.batchWindow <= 0 {
 		return
 	}
 	ob.mu.Lock()
-	full := ob.queued >= d.maxBatch
+	since := ob.since
 	ob.mu.Unlock()
-	if full || isClosed(d.closing) {
-		return
+	if since.IsZero() {
+		since = time.Now()
 	}
-	t := time.NewTimer(d.batchWindow)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ob.wake:
-	case <-d.closing:
-	case <-d.ctx.Done():
+	deadline := since.Add(d.batchWindow)
+	for {
+		ob.mu.Lock()
+		full := ob.queued >= d.maxBatch
+		ob.mu.Unlock()
+		wait := time.Until(deadline)
+		if full || wait <= 0 || isClosed(d.closing) || d.ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ob.wake:
+		case <-d.closing:
+		case <-d.ctx.Done():
+		}
+		t.Stop()
 	}
 }
 

@@ -49,7 +49,7 @@ func TestPusherSemantics(t *testing.T) {
 				{ev: occ("cache-c")}, {ev: miss("cache-c")}},
 			[]string{"cache_miss:cache-c", "cache_miss:cache-c"}},
 		{"subscription_count debounced", []string{SubscriptionCount},
-			[]step{{ev: count("c")}, {ev: count("c")}, {ev: count("c")}, {ev: count("d"), sleep: 400 * time.Millisecond}, {ev: count("c")}},
+			[]step{{ev: count("c")}, {ev: count("c")}, {ev: count("c")}, {ev: count("d")}, {ev: count("presence-c"), sleep: 400 * time.Millisecond}, {ev: count("c")}},
 			[]string{"subscription_count:c=7", "subscription_count:d=7", "subscription_count:c=7"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,4 +134,26 @@ func TestHeaders(t *testing.T) {
 	if got.Header.Get("X-Pusher-Signature") != hmacHex("s", got.Body) {
 		t.Error("a configured header replaced the signature")
 	}
+}
+
+// TestWantsAllocatesNothing: the producers' check costs no allocation, wanted or not.
+func TestWantsAllocatesNothing(t *testing.T) {
+	d := start(t, testOptions(&syncBuffer{}), app("1", "k", "s", hook("http://127.0.0.1:9/a", ChannelOccupied)))
+	if n := testing.AllocsPerRun(1000, func() {
+		_ = d.Wants("1", ChannelOccupied)
+		_ = d.Wants("1", "client_event")
+		_ = d.Wants("other", SubscriptionCount)
+	}); n != 0 {
+		t.Fatalf("Wants allocates %v times per call", n)
+	}
+}
+
+func BenchmarkWants(b *testing.B) {
+	d := New(Options{})
+	d.SetApps([]config.App{app("1", "k", "s", hook("http://127.0.0.1:9/a", ChannelOccupied))})
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = d.Wants("2", ChannelOccupied)
+		}
+	})
 }

@@ -1,7 +1,6 @@
 package webhooks_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reverbgo/reverbgo/internal/testenv"
 	"github.com/reverbgo/reverbgo/webhooks"
 	"github.com/reverbgo/reverbgo/webhooks/storetest"
 )
@@ -25,7 +25,7 @@ func redisBackends(t *testing.T) map[string]func(t *testing.T) redis.UniversalCl
 			return rdb
 		},
 	}
-	if u := os.Getenv("REVERBGO_TEST_REDIS_URL"); u != "" {
+	if u := testenv.RedisURL(t); u != "" {
 		opt, err := redis.ParseURL(u)
 		if err != nil {
 			t.Fatal(err)

@@ -40,7 +40,13 @@ type testNode struct {
 // startNodes builds n nodes from one config; with scaling they share the Redis at redisURL.
 func startNodes(t *testing.T, n int, redisURL, channel string) []*testNode {
 	t.Helper()
-	yaml := "apps:\n  - {app_id: " + appID + ", key: " + appKey + ", secret: " + secret + ", accept_client_events_from: members, toolmark: {enabled: true}}\n"
+	return startNodesWith(t, n, "accept_client_events_from: members, toolmark: {enabled: true}", redisURL, channel)
+}
+
+// startNodesWith is startNodes with extra flow-style keys for the app (e.g. its toolmark).
+func startNodesWith(t *testing.T, n int, appKeys, redisURL, channel string) []*testNode {
+	t.Helper()
+	yaml := "apps:\n  - {app_id: " + appID + ", key: " + appKey + ", secret: " + secret + ", " + appKeys + "}\n"
 	if redisURL != "" {
 		yaml += fmt.Sprintf("scaling: {enabled: true, redis_url: %q, channel: %q}\n", redisURL, channel)
 	}

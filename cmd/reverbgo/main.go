@@ -209,7 +209,10 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	}
 	// Stored manifests and raised revs are announced (cluster-wide with Redis) for MCP's
 	// notifications/tools/list_changed.
-	store = bridge.WithManifestFeed(store, feed)
+	store = bridge.WithManifestFeed(store, feed, func(appID string) bool {
+		app := cfg.AppByID(appID)
+		return app != nil && app.Toolmark.MCP.Enabled
+	})
 	srv := pusher.NewServer(opts)
 	hooks.SetCounter(srv.SubscriptionCount)
 	if cl != nil {
@@ -256,6 +259,9 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 // gets 4200 and leaves its channels, the bridge settles waiting calls (publishing cancels),
 // then the cluster seams and the webhook queue close.
 func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) {
+	if n.con != nil {
+		n.con.Close() // ends its streams, which HTTP shutdown would otherwise wait for
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.srv.Shutdown(ctx) }() // every client gets 4200
@@ -266,9 +272,6 @@ func (n *node) shutdown(ctx context.Context, beforeClose func(context.Context)) 
 	}
 	wg.Wait()
 	n.br.Close() // may still publish cancels, so before the cluster closes
-	if n.con != nil {
-		n.con.Close()
-	}
 	n.release(ctx)
 }
 

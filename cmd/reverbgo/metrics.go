@@ -45,7 +45,7 @@ var (
 		"Webhook deliveries by result: delivered and dropped count events, failed (every failed POST) and retried (failed POSTs tried again) count attempts.",
 		[]string{"result"}, nil)
 	descWebhookOutbox = prometheus.NewDesc("reverbgo_webhook_outbox_size",
-		"Webhook events queued or in flight on this node.", nil, nil)
+		"Webhook events queued or in flight (with scaling.enabled: the cluster's shared outbox as last polled, plus what this node has not handed over yet).", nil, nil)
 )
 
 type webhookCollector struct{ w webhookStats }

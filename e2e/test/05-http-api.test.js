@@ -12,7 +12,7 @@ const { startAuthApp } = require('../lib/authapp');
 const { cleanup, uid, eventually } = require('../lib/util');
 
 const APPS = [
-  { app_id: 'api1', key: 'api1-key', secret: 'api1-secret', max_batch_size: 3, max_message_size: 3000 },
+  { app_id: 'api1', key: 'api1-key', secret: 'api1-secret', max_batch_size: 3, max_message_size: 3000, toolmark: { enabled: true } },
   { app_id: 'api2', key: 'api2-key', secret: 'api2-secret' },
 ];
 
@@ -303,6 +303,42 @@ describe('authentication and limits', () => {
     const batch = await rawApi(server, { method: 'POST', path: '/batch_events', body: { batch: [] } });
     assert.equal(batch.status, 400);
   });
+});
+
+describe('one signing middleware', () => {
+  // The Pusher HTTP API and the Toolmark app API refuse the same requests with the same
+  // statuses; each has its own body limit (server.max_request_size 5000, the bridge's 1 MiB).
+  const surfaces = {
+    'HTTP API': { path: '/events', body: () => ({ name: 'e', channels: [uid('sig-')], data: '{}' }), limit: 5000 },
+    'Toolmark app API': { path: '/toolmark/calls', body: () => ({ user_id: 'u1', conversation_id: 'c1', tool: 'x.y', input: {} }), limit: 1 << 20 },
+  };
+  const over = (limit) => JSON.stringify({ pad: 'x'.repeat(limit) });
+  const now = () => Math.floor(Date.now() / 1000);
+  const cases = {
+    valid: [{}, undefined, 200],
+    'bad signature': [{ signature: 'f'.repeat(64) }, undefined, 401],
+    'wrong secret': [{ secret: 'not-the-secret' }, undefined, 401],
+    'expired (610 s)': [() => ({ timestamp: now() - 610 }), undefined, 401],
+    'from the future (610 s)': [() => ({ timestamp: now() + 610 }), undefined, 401],
+    'unknown key': [{ key: 'who-is-this' }, undefined, 401],
+    'body_md5 mismatch': [{ bodyMd5: 'd41d8cd98f00b204e9800998ecf8427e' }, undefined, 401],
+    'signed with the prefix-less path of another route': [{ signedPath: '/apps/api1/channels' }, undefined, 401],
+    'unknown app': [{ appId: 'no-such-app' }, undefined, 404],
+    'too large': [{}, 'over', 413],
+    'too large and unsigned: refused before the body is read': [{ signature: '0'.repeat(64) }, 'over', 401],
+  };
+  for (const [surface, def] of Object.entries(surfaces)) {
+    test(`${surface}: every refusal of the shared table`, async () => {
+      for (const [label, [sign, bodyKind, want]] of Object.entries(cases)) {
+        const req = { method: 'POST', path: def.path, sign: typeof sign === 'function' ? sign() : sign };
+        if (bodyKind === 'over') req.bodyText = over(def.limit);
+        else req.body = def.body();
+        const res = await rawApi(server, req);
+        assert.equal(res.status, want, `${surface} / ${label}: ${res.status} ${res.text.slice(0, 200)}`);
+        if (want >= 400) assert.ok(res.body && typeof res.body.error === 'string', `${label}: ${res.text.slice(0, 200)}`);
+      }
+    });
+  }
 });
 
 describe('input types', () => {

@@ -4,7 +4,8 @@
 // (a user leaving through node A and rejoining through node B within the hold sends
 // nothing), each event is delivered by one node, and the outbox lives in Redis: a node
 // stopped with SIGTERM or killed with SIGKILL while its receiver is down loses none of its
-// queued events, and none is delivered twice.
+// queued events (client_event, and a toolmark_confirmed from the Toolmark bridge), and none
+// is delivered twice.
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
@@ -13,10 +14,12 @@ const { Wire } = require('../lib/wire');
 const { sdk } = require('../lib/clients');
 const { startHookReceiver } = require('../lib/hookreceiver');
 const { cleanup, uid, eventually, sleep } = require('../lib/util');
+const { startAuthApp } = require('../lib/authapp');
+const { agent, toolmarkChannelPolicy, openPage } = require('../lib/toolmark');
 
 const HOLD_MS = 3000;
 // A killed node's outbox lease (15 s) must expire before another node takes it over.
-const TAKEOVER_MS = 30000;
+const TAKEOVER_MS = 45000; // 15 s lease, then a poll and the retry backoff, on a loaded machine
 
 async function startRedis() {
   const port = await freePort();
@@ -69,7 +72,9 @@ before(async () => {
     key: 'whc-key',
     secret: 'whc-secret',
     accept_client_events_from: 'all',
+    toolmark: { enabled: true, call_timeout_ms: 8000, max_timeout_ms: 600000 },
     webhooks: [
+      { url: `${receiver.url}/tm`, event_types: ['toolmark_confirmed'] },
       { url: `${receiver.url}/all`, event_types: ['channel_occupied', 'channel_vacated', 'member_added', 'member_removed'] },
       { url: `${receiver.url}/client`, event_types: ['client_event'] },
     ],
@@ -156,6 +161,38 @@ describe('webhooks across a cluster', () => {
   });
 
   for (const signal of ['SIGTERM', 'SIGKILL']) {
+    test(`a toolmark_confirmed queued by a node stopped with ${signal} is delivered once by a survivor`, async (t) => {
+      const victim = await startNode();
+      const users = { t1: { id: 'u1', conversations: new Set() } };
+      const conv = uid('c');
+      users.t1.conversations.add(conv);
+      const authApp = await startAuthApp({ sdk: sdk(victim, APP), users, deny: toolmarkChannelPolicy });
+      t.after(() => authApp.close());
+      const page = await openPage(victim, { authApp, token: 't1', user: 'u1', conv, app: APP });
+      t.after(() => page.close());
+      const tool = { name: 'notes.create', llmName: 'notes__create', description: 'Create a note', hints: { consequential: true } };
+      assert.equal((await page.manifest(1, [tool])).status, 204);
+      const pending = agent(victim, APP).call({ user_id: 'u1', conversation_id: conv, tool: 'notes.create', input: { title: 'Hi' } });
+      const call = await page.next({ type: 'call' });
+      const confirmId = uid('cf-');
+      assert.equal((await page.result(call.id, { status: 'needs_confirmation', confirmId, summary: 'Create "Hi"' })).status, 204);
+      assert.equal((await pending).status, 200);
+
+      receiver.setDown('/tm', true);
+      const refusedBefore = receiver.postsTo('/tm').length;
+      assert.equal((await page.confirmed(confirmId, { status: 'ok', data: { id: 9 } })).status, 204);
+      await eventually(() => receiver.postsTo('/tm').length > refusedBefore, { ms: 10000, what: 'a refused toolmark_confirmed' });
+      page.close();
+      await victim.stop(signal);
+      receiver.setDown('/tm', false);
+      const mine = () => receiver.events('/tm').filter((e) => e.confirm_id === confirmId);
+      await eventually(() => mine().length >= 1, { ms: TAKEOVER_MS, what: 'the queued toolmark_confirmed, from a survivor' });
+      await sleep(1500);
+      assert.equal(mine().length, 1, 'delivered exactly once');
+      assert.equal(mine()[0].call_id, call.id);
+      assert.equal(valid(mine()[0].post, a), true);
+    });
+
     test(`a node stopped with ${signal} while the receiver is down loses none of its queued events`, async (t) => {
       const name = uid(`pub-${signal}-`);
       const victim = await startNode();
@@ -176,6 +213,12 @@ describe('webhooks across a cluster', () => {
       const got = named('/client', (e) => e.channel === name).map((e) => JSON.parse(e.data).i).sort((x, y) => x - y);
       assert.deepEqual(got, [0, 1, 2, 3, 4], 'each exactly once');
       for (const e of named('/client', (x) => x.channel === name)) assert.equal(valid(e.post, a), true);
+      // The victim's channel had no other subscriber: vacated once, by a survivor (after the
+      // hold on SIGTERM; once the dead node's heartbeat is 10 s old on SIGKILL).
+      await eventually(() => named('/all', (e) => e.channel === name && e.name === 'channel_vacated').length === 1,
+        { ms: TAKEOVER_MS, what: 'channel_vacated of the stopped node\'s channel' });
+      await sleep(1500);
+      assert.deepEqual(named('/all', (e) => e.channel === name).map((e) => e.name), ['channel_occupied', 'channel_vacated']);
     });
   }
 });

@@ -5,12 +5,14 @@
 // and server.log {format, level} with --log-level over the file.
 const { describe, test } = require('node:test');
 const assert = require('node:assert/strict');
-const { execFileSync } = require('node:child_process');
+const { execFileSync, spawn } = require('node:child_process');
+const net = require('node:net');
 const fs = require('node:fs');
 const path = require('node:path');
 const { startServer, freePort, runBinary, writeConfig } = require('../lib/server');
 const { pusherClient, whenConnected } = require('../lib/clients');
 const { cleanup, eventually } = require('../lib/util');
+const { scrape, parse } = require('../lib/prom');
 
 const APP = { app_id: 'ops', key: 'ops-key', secret: 'ops-app-secret-value' };
 
@@ -107,6 +109,40 @@ describe('healthcheck', () => {
     cleanup(t).add(() => cfg.remove());
     const r = await runBinary(['healthcheck', '--config', cfg.file]);
     assert.equal(r.code, 0, r.stderr);
+  });
+});
+
+/** A throwaway redis-server on a free loopback port. */
+async function startRedis() {
+  const port = await freePort();
+  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const exited = new Promise((resolve) => proc.on('exit', resolve));
+  await eventually(() => new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
+    s.on('error', () => resolve(false));
+  }), { what: 'redis-server listening' });
+  return { url: `redis://127.0.0.1:${port}/0`, stop: async () => { if (proc.exitCode === null) proc.kill('SIGTERM'); await exited; } };
+}
+
+describe('with scaling, health follows Redis', () => {
+  test('healthcheck exits 0 while Redis is up and 1 once it is gone (503 DEGRADED); reverbgo_redis_broker_up follows', async (t) => {
+    const redis = await startRedis();
+    cleanup(t).add(() => redis.stop());
+    const port = await freePort();
+    const serverKeys = { host: '127.0.0.1', port };
+    const config = { server: serverKeys, apps: [APP], scaling: { enabled: true, redis_url: redis.url, channel: `ops-${process.pid}` }, metrics: { enabled: true } };
+    const server = await startServer({ server: serverKeys, apps: [APP], config });
+    cleanup(t).add(() => server.stop());
+    const cfg = writeConfig(config);
+    cleanup(t).add(() => cfg.remove());
+    const up = async () => parse((await scrape(`${server.url}/metrics`)).text).get('reverbgo_redis_broker_up');
+    assert.equal((await runBinary(['healthcheck', '--config', cfg.file])).code, 0);
+    assert.equal(await up(), 1);
+    await redis.stop();
+    await eventually(async () => (await up()) === 0, { ms: 15000, what: 'reverbgo_redis_broker_up 0' });
+    const r = await runBinary(['healthcheck', '--config', cfg.file]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /503/);
   });
 });
 

@@ -112,6 +112,19 @@ describe('tools/list', () => {
     assert.deepEqual(types(page, 'describe').map((m) => m.tool).sort(), ['inbox.read', 'notes.create', 'notes.create', 'notes.list']);
   });
 
+  test('a page that never answers describes: the list still answers within 10 s, with {"type":"object"} schemas', async (t) => {
+    const { page, conv } = await setup(t, { answer: () => null });
+    const { client: c } = await client(t, conv);
+    const started = Date.now();
+    const { tools } = await c.listTools();
+    const took = Date.now() - started;
+    assert.ok(took < 10000, `the list took ${took} ms`);
+    assert.deepEqual(tools.map((x) => [x.name, x.inputSchema]), [
+      ['notes__create', { type: 'object' }], ['notes__list', { type: 'object' }], ['inbox__read', { type: 'object' }]]);
+    // Each describe that timed out was cancelled on the page.
+    for (const d of types(page, 'describe')) await page.next({ type: 'cancel', id: d.id });
+  });
+
   test('no page connected: an empty list, and a call gets "No page is connected"', async (t) => {
     const { client: c } = await client(t, uid('nopage'));
     assert.deepEqual((await c.listTools()).tools, []);
@@ -349,6 +362,18 @@ describe('sessions', () => {
     await transport.terminateSession();
     const res = await mcpRaw(server, { authorization: `Bearer ${tokenFor(APP, { conv })}`, session, body: { jsonrpc: '2.0', id: 2, method: 'ping' } });
     assert.equal(res.status, 404, res.text);
+  });
+
+  test('SIGTERM with an open GET stream exits at once (the streams are ended, not waited for)', async (t) => {
+    const own = await startServer({ apps: [APP], server: { shutdown_timeout: 10 }, nodes: 1 });
+    cleanup(t).add(() => own.stop());
+    const c = await mcpConnect(own, tokenFor(APP, { conv: uid('c') }));
+    cleanup(t).add(() => c.close());
+    await c.client.listTools();
+    const started = Date.now();
+    const res = await own.stop('SIGTERM');
+    assert.equal(res.code, 0);
+    assert.ok(Date.now() - started < 3000, `exited after ${Date.now() - started} ms (shutdown_timeout is 10 s)`);
   });
 
   test('audit lines carry surface "mcp"', async (t) => {

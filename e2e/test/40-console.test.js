@@ -10,10 +10,10 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { chromium } = require('playwright-core');
-const { startServer, freePort } = require('../lib/server');
+const { startServer, freePort, runBinary, writeConfig } = require('../lib/server');
 const { sdk, pusherClient, whenConnected, subscribe, inbox, state } = require('../lib/clients');
 const { startAuthApp } = require('../lib/authapp');
-const { agent, toolmarkChannelPolicy, openPage } = require('../lib/toolmark');
+const { agent, toolmarkChannelPolicy, openPage, startHookReceiver } = require('../lib/toolmark');
 const { uid, eventually, WAIT_MS } = require('../lib/util');
 
 const TOKEN = `console-token-${uid()}`;
@@ -23,7 +23,7 @@ const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable
 const APP1 = { app_id: 'con1', key: 'con1-key', secret: 'con1-secret-never-shown', toolmark: { enabled: true, call_timeout_ms: 15000 } };
 const APP2 = { app_id: 'con2', key: 'con2-key', secret: 'con2-secret' };
 
-let server, browser, page, authApp, userDataDir;
+let server, browser, page, authApp, userDataDir, hook;
 const clients = [];
 const users = { tk1: { id: 'u1', conversations: new Set() } };
 
@@ -55,6 +55,8 @@ async function row(table, ...texts) {
 
 before(async () => {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
+  hook = await startHookReceiver();
+  APP1.webhooks = [{ url: hook.url, event_types: ['channel_occupied'] }];
   server = await startConsoleServer([APP1, APP2]);
   authApp = await startAuthApp({ sdk: sdk(server, APP1), users, deny: toolmarkChannelPolicy });
   browser = await launch();
@@ -67,6 +69,7 @@ after(async () => {
   if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
   await authApp?.close();
   await server?.stop();
+  await hook?.close();
 });
 
 test('refused without a session and with a wrong token; the right token logs in with a safe cookie', async () => {
@@ -133,8 +136,21 @@ test('a pusher-js client connecting and subscribing shows in the event log and t
   await view('channels');
   const r = await row('channels', channel, 'public');
   assert.match(await r.innerText(), /\b1\b/);
+  // channel_occupied went to the app's webhook: the batch shows as sent.
+  await hook.wait(1);
+  await view('events');
+  await row('events', 'webhook_sent', hook.url);
   await view('overview');
   await eventually(async () => Number(await page.textContent('#s-connections')) >= 1, { what: 'connections ≥ 1' });
+  assert.equal(await page.textContent('#s-wh-sent'), '1');
+});
+
+test('the overview shows messages out and deliveries per second', async () => {
+  const pusher = sdk(server, APP1);
+  await view('overview');
+  for (let i = 0; i < 5; i++) await pusher.trigger(channel, 'tick', { i });
+  await eventually(async () => Number(await page.textContent('#s-out')) >= 1 && Number(await page.textContent('#s-deliveries')) >= 1,
+    { what: 'out and deliveries per second ≥ 1' });
 });
 
 test('an API trigger appears with its event name, size and data; encrypted payloads never do', async () => {
@@ -230,6 +246,10 @@ test('closing a client shows its close reason; logging out ends the session', as
   await state(gone, 'disconnected');
   await view('events');
   await row('events', 'connection_closed', socketId, 'client_gone');
+  // A flood past the 50 events per second budget is sampled, and the header says how much.
+  const pusher = sdk(server, APP1);
+  await Promise.all(Array.from({ length: 120 }, (_, i) => pusher.trigger(channel, 'flood', { i })));
+  await page.locator('#dropped', { hasText: /^[1-9]\d* events dropped$/ }).waitFor();
   await page.click('#logout');
   await page.locator('input[name="token"][type="password"]').waitFor();
   assert.equal(await page.evaluate(async () => (await fetch('/console/api/session')).status), 401);
@@ -246,4 +266,19 @@ test('with one app configured it is selected at once', async (t) => {
   await p.locator('#live.on').waitFor();
   assert.equal(await p.isHidden('#picker'), true);
   assert.equal(await p.isVisible('#view-overview'), true);
+});
+
+test('start-up refuses an enabled console without a token, naming the key', async (t) => {
+  const cfg = writeConfig({ server: { host: '127.0.0.1', port: await freePort() }, console: { enabled: true, token: '' }, apps: [APP2] });
+  t.after(cfg.remove);
+  const res = await runBinary(['start', '--config', cfg.file]);
+  assert.equal(res.code, 1, res.stderr);
+  assert.match(res.stderr, /console\.token: is required when console\.enabled is true/);
+});
+
+test('a disabled console is not served', async (t) => {
+  const plain = await startServer({ apps: [APP2] });
+  t.after(() => plain.stop());
+  assert.equal((await fetch(`${plain.url}/console`)).status, 404);
+  assert.equal((await fetch(`${plain.url}/console/api/session`)).status, 404);
 });

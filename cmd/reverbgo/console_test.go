@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reverbgo/reverbgo/config"
+)
+
+// TestConsoleInCluster: two nodes on one Redis, a subscriber on node B, the console of node A.
+// The console names node A and lists B's channel with its cluster-wide count, and Redis as ok.
+func TestConsoleInCluster(t *testing.T) {
+	mr := miniredis.RunT(t)
+	var nodes []*testNode
+	for i := 0; i < 2; i++ {
+		cfg := &config.Config{
+			Apps:    []config.App{{ID: appID, Key: appKey, Secret: secret}},
+			Scaling: config.Scaling{Enabled: true, RedisURL: "redis://" + mr.Addr() + "/0", Channel: "console-test"},
+			Console: config.Console{Enabled: true, Token: "tok"},
+		}
+		cfg.ApplyDefaults()
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(nd.e)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			nd.shutdown(ctx, nil)
+			ts.Close()
+		})
+		nodes = append(nodes, &testNode{nd, ts})
+	}
+	a, b := nodes[0], nodes[1]
+	connect(t, b).subscribe("orders")
+
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest("POST", a.ts.URL+"/console/login", strings.NewReader(url.Values{"token": {"tok"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", a.ts.URL)
+	res, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
+		t.Fatalf("login: %d", res.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, "GET", a.ts.URL+"/console/api/stream?app="+appID, nil)
+	req.AddCookie(res.Cookies()[0])
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	want := map[string]string{
+		"hello":    `"clustered":true,"history":`,
+		"node":     `"node":"` + a.n.cl.node + `"`,
+		"channels": `{"name":"orders","type":"public","subscriptions":1}`,
+		"redis":    `"redis":"ok"`,
+	}
+	r := bufio.NewReader(stream.Body)
+	for len(want) > 0 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended (%v) before %v", err, want)
+		}
+		for k, w := range want {
+			if strings.Contains(line, w) {
+				delete(want, k)
+			}
+		}
+	}
+}
+
+// TestShutdownEndsConsoleStreams: an open console stream must not hold graceful shutdown
+// until its timeout (net/http's Shutdown waits for running handlers).
+func TestShutdownEndsConsoleStreams(t *testing.T) {
+	cfg := &config.Config{Apps: []config.App{{ID: appID, Key: appKey, Secret: secret}}, Console: config.Console{Enabled: true, Token: "tok"}}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(nd.e)
+	defer ts.Close()
+	req, _ := http.NewRequest("POST", ts.URL+"/console/login", strings.NewReader("token=tok"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", ts.URL)
+	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil || len(res.Cookies()) != 1 {
+		t.Fatalf("login: %v", err)
+	}
+	res.Body.Close()
+	req, _ = http.NewRequest("GET", ts.URL+"/console/api/stream?app="+appID, nil)
+	req.AddCookie(res.Cookies()[0])
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if _, err := bufio.NewReader(stream.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	nd.shutdown(ctx, func(ctx context.Context) { _ = ts.Config.Shutdown(ctx) })
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("shutdown took %v with a console open", took)
+	}
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reverbgo/reverbgo/auth"
+)
+
+type bearerRT struct{ token string }
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// mcpPagePost POSTs a page message to a node's page endpoint as the socket, with its page token.
+func mcpPagePost(t *testing.T, nd *testNode, socket, token, conv string, msg any) {
+	t.Helper()
+	body, _ := json.Marshal(msg)
+	req, _ := http.NewRequest(http.MethodPost, nd.ts.URL+"/toolmark/bridge/"+conv, strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Socket-ID", socket)
+	req.Header.Set("X-Toolmark-Token", token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusNoContent {
+		t.Fatalf("page %s: %d", body, res.StatusCode)
+	}
+}
+
+// TestMCPAcrossNodes: an MCP session on node A gets tools/list_changed for a manifest that node
+// B received (over the Redis manifest feed), and its tools/call reaches the page whose socket
+// and result POST are on B.
+func TestMCPAcrossNodes(t *testing.T) {
+	for name, url := range redisURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			nodes := startNodesWith(t, 2, "toolmark: {enabled: true, mcp: {enabled: true}}", url, "test-"+uuid.NewString())
+			a, b := nodes[0], nodes[1]
+			conv := "c" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+			ch := "private-toolmark.u1." + conv
+			page := connect(t, b)
+			page.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": ch,
+				"auth": appKey + ":" + auth.ChannelSignature(secret, page.socket, ch)}})
+			var session struct {
+				Token string `json:"token"`
+			}
+			_ = json.Unmarshal([]byte(page.next("toolmark.session", ch).Data), &session)
+			page.next("pusher_internal:subscription_succeeded", ch)
+			pt := session.Token
+			tools := []map[string]any{{"name": "notes.list", "llmName": "notes__list", "description": "List", "hints": map[string]any{}}}
+			mcpPagePost(t, b, page.socket, pt, conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": "p1", "rev": 1, "tools": tools})
+
+			tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"iss": appKey, "sub": "u1",
+				"conversation_id": conv, "exp": time.Now().Add(time.Minute).Unix()}).SignedString([]byte(secret))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var changed atomic.Int32
+			c := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, &sdk.ClientOptions{
+				ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed.Add(1) }})
+			cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: a.ts.URL + "/toolmark/mcp",
+				HTTPClient: &http.Client{Transport: bearerRT{tok}}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+
+			// The describe travels A → Redis → B's socket; the page answers on B.
+			type msg struct {
+				Message struct {
+					Type, ID string
+					Rev      *int64
+				} `json:"message"`
+			}
+			answer := func(want string, result any) {
+				ev := page.skipTo("toolmark.message", ch)
+				var m msg
+				if err := json.Unmarshal([]byte(ev.Data), &m); err != nil || m.Message.Type != want {
+					t.Errorf("page got %s, want %s", ev.Data, want)
+					return
+				}
+				mcpPagePost(t, b, page.socket, pt, conv, map[string]any{"protocol": 1, "type": "result", "clientId": "p1", "id": m.Message.ID, "result": result})
+			}
+			listed := make(chan *sdk.ListToolsResult, 1)
+			go func() { l, _ := cs.ListTools(context.Background(), nil); listed <- l }()
+			answer("describe", map[string]any{"status": "ok", "data": map[string]any{"inputSchema": map[string]any{"type": "object"}}})
+			if l := <-listed; l == nil || len(l.Tools) != 1 || l.Tools[0].Name != "notes__list" {
+				t.Fatalf("list on A: %+v", l)
+			}
+
+			mcpPagePost(t, b, page.socket, pt, conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": "p1", "rev": 2, "tools": tools})
+			waitFor(t, "list_changed on A for a manifest B received", func() bool { return changed.Load() == 1 })
+
+			called := make(chan *sdk.CallToolResult, 1)
+			go func() {
+				r, _ := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "notes__list"})
+				called <- r
+			}()
+			answer("call", map[string]any{"status": "ok", "data": 1})
+			if r := <-called; r == nil || r.IsError {
+				t.Fatalf("call through A: %+v", r)
+			}
+		})
+	}
+}
