@@ -2,6 +2,7 @@ package channels_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,14 @@ func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 			if !spy.any("mine") {
 				t.Fatal("the spy saw nothing: the test would pass vacuously")
 			}
+			// More fields than one HSCAN page.
+			for i := 0; i < 1500; i++ {
+				reg.Subscribe("a*", fmt.Sprintf("many-%d", i), &channelstest.Sink{ID: "1.1"})
+			}
+			waitUntil(t, "every channel listed", func() bool {
+				list, err := occ.Channels(ctx, "a*", "many-")
+				return err == nil && len(list) == 1500
+			})
 		})
 	}
 }
