@@ -72,23 +72,60 @@ func isSecretKey(key string) bool {
 	return false
 }
 
-// maskURL hides the password of a URL with user info (redis://user:pass@host).
+// urlPlaceholder stands for a masked URL part while net/url re-assembles the URL, so that
+// the mask itself is never percent-encoded; it cannot occur in a parsed URL's own parts.
+const urlPlaceholder = "\x00masked\x00"
+
+// maskURL hides the credentials a URL can carry: the password of user info
+// (redis://user:pass@host keeps the user name), a user info without a password (often a token,
+// https://TOKEN@hooks.example.com, so all of it), every query value (?token=..., the names
+// stay) and the fragment. A string that looks like a URL but does not parse is masked whole
+// when it has a part that could hold a credential.
 func maskURL(s string) string {
-	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
+	if !strings.Contains(s, "://") {
 		return s
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return mask // unparsable but may hold a password: never echo it
-	}
-	if u.User == nil {
+		if strings.ContainsAny(s, "@?#") {
+			return mask // unparsable but may hold a password: never echo it
+		}
 		return s
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		return strings.Replace(u.String(), ":xxxxx@", ":"+mask+"@", 1)
+	if u.User == nil && u.RawQuery == "" && u.Fragment == "" {
+		return s
 	}
-	return s
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "p")
+		} else {
+			u.User = url.User("u")
+		}
+	}
+	if u.RawQuery != "" {
+		parts := strings.Split(u.RawQuery, "&")
+		for i, part := range parts {
+			k, _, _ := strings.Cut(part, "=")
+			parts[i] = k + "=" + urlPlaceholder
+		}
+		u.RawQuery = strings.Join(parts, "&")
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "f", ""
+	}
+	out := u.String()
+	// Swap the stand-ins for the mask at their exact positions (scheme://user:p@, scheme://u@, #f).
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			out = strings.Replace(out, ":p@", ":"+mask+"@", 1)
+		} else {
+			out = strings.Replace(out, "://u@", "://"+mask+"@", 1)
+		}
+	}
+	if u.Fragment != "" {
+		out = out[:strings.LastIndex(out, "#f")] + "#" + mask
+	}
+	return strings.ReplaceAll(out, urlPlaceholder, mask)
 }
 
 func scalar(tag, value string) *yaml.Node {
@@ -130,9 +167,11 @@ func toNode(v reflect.Value, key string) *yaml.Node {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			// Map entries (e.g. webhook headers) are masked by their own name or their parent's.
+			// Webhook header values are all masked: a gateway token can sit under any header
+			// name (X-Gateway-Key, X-Hook), so going by the name would leak some. Other maps
+			// are masked by their own name or their parent's.
 			child := toNode(vals[k], k)
-			if isSecretKey(key) && child.Kind == yaml.ScalarNode {
+			if (key == "headers" || isSecretKey(key)) && child.Kind == yaml.ScalarNode {
 				child = scalar("!!str", mask)
 			}
 			n.Content = append(n.Content, scalar("!!str", k), child)

@@ -97,9 +97,17 @@ func TestMaskURL(t *testing.T) {
 		"redis://127.0.0.1:6379":            "redis://127.0.0.1:6379",
 		"redis://:pw@h:1/0":                 "redis://:" + mask + "@h:1/0",
 		"rediss://u:p%40ss@h:1":             "rediss://u:" + mask + "@h:1",
-		"redis://user@h":                    "redis://user@h",
-		"http://example.com/x?a=b":          "http://example.com/x?a=b",
+		"redis://user@h":                    "redis://" + mask + "@h",
+		"http://example.com/x?a=b":          "http://example.com/x?a=" + mask,
 		"unix://u:secret@/tmp/redis.sock%%": mask,
+		"https://example.com/hook":          "https://example.com/hook",
+		"https://gw-token-1@example.com/h":  "https://" + mask + "@example.com/h",
+		"https://u:p@example.com/h?a":       "https://u:" + mask + "@example.com/h?a=" + mask,
+		"https://h/x?token=abc&sig=d%20e":   "https://h/x?token=" + mask + "&sig=" + mask,
+		"https://h/x?token=abc#frag-secret": "https://h/x?token=" + mask + "#" + mask,
+		"https://h/x#p@ss":                  "https://h/x#" + mask,
+		"https://h:bad-port/?t=1":           mask,
+		"not a url":                         "not a url",
 	} {
 		if got := maskURL(in); got != want {
 			t.Errorf("maskURL(%q) = %q, want %q", in, got, want)
@@ -268,5 +276,48 @@ func TestMaskByName(t *testing.T) {
 		if !strings.Contains(s, keep) {
 			t.Errorf("%q missing:\n%s", keep, s)
 		}
+	}
+}
+
+// TestConfigCheckMasksWebhooks: every webhook header value is masked whatever the header's
+// name (a gateway token can hide under any of them), and so are the user info and query
+// values of a webhook URL; header names (lower-cased by the loader), hosts and paths stay readable.
+func TestConfigCheckMasksWebhooks(t *testing.T) {
+	for _, v := range []string{"REVERB_APP_SECRET", "REVERB_SERVER_PORT", "REDIS_URL", "REDIS_PASSWORD"} {
+		t.Setenv(v, "")
+	}
+	for _, tc := range []struct {
+		name, webhook string
+		hidden, shown []string
+	}{
+		{"secret-looking header", `{url: "https://h.example/w", headers: {Authorization: "Bearer tok-1"}}`,
+			[]string{"tok-1"}, []string{"authorization: '" + mask + "'", "url: https://h.example/w"}},
+		{"innocent header name", `{url: "https://h.example/w", headers: {X-Gateway: gw-value-2, X-Hook: hook-value-3}}`,
+			[]string{"gw-value-2", "hook-value-3"}, []string{"x-gateway: '" + mask + "'", "x-hook: '" + mask + "'"}},
+		{"query token", `{url: "https://h.example/w?token=query-tok-4&v=1"}`,
+			[]string{"query-tok-4"}, []string{"url: https://h.example/w?token=" + mask + "&v=" + mask}},
+		{"user info token", `{url: "https://userinfo-tok-5@h.example/w"}`,
+			[]string{"userinfo-tok-5"}, []string{"url: https://" + mask + "@h.example/w"}},
+		{"user and password", `{url: "https://hookuser:hook-pw-6@h.example/w"}`,
+			[]string{"hook-pw-6"}, []string{"url: https://hookuser:" + mask + "@h.example/w"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := writeTemp(t, "w.yaml", "apps:\n  - {app_id: a1, key: public-key, secret: app-secret, webhooks: ["+tc.webhook+"]}\n")
+			var out, errb bytes.Buffer
+			if rc := run([]string{"config", "check", "--config", file}, &out, &errb); rc != 0 {
+				t.Fatalf("rc = %d, stderr %s", rc, errb.String())
+			}
+			s := out.String()
+			for _, h := range tc.hidden {
+				if strings.Contains(s, h) {
+					t.Errorf("output leaks %q:\n%s", h, s)
+				}
+			}
+			for _, w := range tc.shown {
+				if !strings.Contains(s, w) {
+					t.Errorf("output lacks %q:\n%s", w, s)
+				}
+			}
+		})
 	}
 }

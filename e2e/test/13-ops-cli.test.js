@@ -20,14 +20,19 @@ describe('config check', () => {
   test('a good file: exit 0, effective YAML with defaults and env overrides, every secret masked', async (t) => {
     const cfg = writeConfig({
       server: { host: '127.0.0.1', port: 9123 },
-      apps: [APP, { app_id: 'two', key: 'two-key', secret: 'second-app-secret' }],
+      apps: [APP, {
+        app_id: 'two', key: 'two-key', secret: 'second-app-secret',
+        // A gateway token under an innocent header name, and tokens in the URL's user info and query.
+        webhooks: [{ url: 'https://userinfo-token-value@hooks.example/w?token=query-token-value', headers: { 'X-Gateway-Key': 'gateway-header-value' } }],
+      }],
       scaling: { enabled: false, redis_url: 'redis://default:redis-password-1@127.0.0.1:6379/2' },
       metrics: { enabled: true, token: 'metrics-token-value' },
     });
     cleanup(t).add(() => cfg.remove());
     const r = await runBinary(['config', 'check', '--config', cfg.file], { env: { REVERB_SERVER_PORT: '9555', REVERB_APP_SECRET: 'env-secret-value' } });
     assert.equal(r.code, 0, r.stderr);
-    for (const secret of ['ops-app-secret-value', 'second-app-secret', 'redis-password-1', 'metrics-token-value', 'env-secret-value']) {
+    for (const secret of ['ops-app-secret-value', 'second-app-secret', 'redis-password-1', 'metrics-token-value', 'env-secret-value',
+      'userinfo-token-value', 'query-token-value', 'gateway-header-value']) {
       assert.ok(!r.stdout.includes(secret) && !r.stderr.includes(secret), `${secret} leaked:\n${r.stdout}`);
     }
     assert.match(r.stdout, /^server:\n/);
@@ -35,6 +40,8 @@ describe('config check', () => {
     assert.match(r.stdout, /secret: '\*{8}'/);
     assert.match(r.stdout, /token: '\*{8}'/);
     assert.match(r.stdout, /redis_url: redis:\/\/default:\*{8}@127\.0\.0\.1:6379\/2/);
+    assert.match(r.stdout, /url: https:\/\/\*{8}@hooks\.example\/w\?token=\*{8}\n/);
+    assert.match(r.stdout, /x-gateway-key: '\*{8}'/); // every header value, whatever its name
     assert.match(r.stdout, /key: ops-key/); // public keys stay readable
     assert.match(r.stdout, /activity_timeout: 30/); // defaults filled in
     assert.match(r.stdout, /format: json/);
