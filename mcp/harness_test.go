@@ -39,6 +39,8 @@ func (f fakeApps) AppByID(id string) *config.App {
 	return nil
 }
 
+func (f fakeApps) AllApps() []*config.App { return f }
+
 func (f fakeApps) AppByKey(key string) *config.App {
 	for _, a := range f {
 		if a.Key == key {

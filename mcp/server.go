@@ -24,6 +24,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reverbgo/reverbgo/bridge"
+	"github.com/reverbgo/reverbgo/origin"
 )
 
 // Defaults of Options.
@@ -184,9 +185,20 @@ func (s *Server) Close() {
 	}
 }
 
-// ServeHTTP authenticates every request, then hands it to the SDK's Streamable HTTP handler.
+// ServeHTTP answers CORS preflights, authenticates every other request, then hands it to the
+// SDK's Streamable HTTP handler. Real responses carry CORS headers when the token's app allows
+// the Origin (a 401, whose app is unknown, when any serving app does).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodOptions {
+		s.preflight(w, r)
+		return
+	}
 	g, aerr := s.ver.authenticate(r)
+	if aerr != nil && aerr.code == http.StatusUnauthorized {
+		allowOrigin(w, r, s.anyAppAllows)
+	} else if g != nil {
+		allowOrigin(w, r, func(o string) bool { return origin.Allowed(g.app.AllowedOrigins, o) })
+	}
 	if aerr != nil {
 		if aerr.code == http.StatusUnauthorized {
 			if r.Header.Get("Authorization") == "" {

@@ -26,17 +26,21 @@ const TOOLS = [
 const SCHEMA = { type: 'object', properties: { title: { type: 'string' } }, required: ['title'] };
 const annotations = (readOnly, destructive) => ({ readOnlyHint: readOnly, destructiveHint: destructive, idempotentHint: false, openWorldHint: false });
 
+// Browser origins: one allowed by the MCP app, one only by an app with MCP off.
+const AGENT_ORIGIN = 'https://agent.example.com';
+const BRIDGE_ONLY_ORIGIN = 'https://bridge-only.example';
+
 let server, authApp, hook, APP, APP_NO_MCP, APP_NO_TOOLMARK, APP_OTHER;
 const users = { t1: { id: 'u1', conversations: new Set() } };
 
 before(async () => {
   hook = await startHookReceiver();
-  APP = { app_id: 'mcp1', key: 'mcp1-key', secret: 'mcp1-secret',
+  APP = { app_id: 'mcp1', key: 'mcp1-key', secret: 'mcp1-secret', allowed_origins: [AGENT_ORIGIN],
     toolmark: { enabled: true, call_timeout_ms: 3000, mcp: { enabled: true } },
     webhooks: [{ url: hook.url, event_types: ['toolmark_confirmed'] }] };
-  APP_NO_MCP = { app_id: 'mcp2', key: 'mcp2-key', secret: 'mcp2-secret', toolmark: { enabled: true } };
+  APP_NO_MCP = { app_id: 'mcp2', key: 'mcp2-key', secret: 'mcp2-secret', allowed_origins: [BRIDGE_ONLY_ORIGIN], toolmark: { enabled: true } };
   APP_NO_TOOLMARK = { app_id: 'mcp3', key: 'mcp3-key', secret: 'mcp3-secret', toolmark: { enabled: false, mcp: { enabled: true } } };
-  APP_OTHER = { app_id: 'mcp4', key: 'mcp4-key', secret: 'mcp4-secret', toolmark: { enabled: true, mcp: { enabled: true } } };
+  APP_OTHER = { app_id: 'mcp4', key: 'mcp4-key', secret: 'mcp4-secret', allowed_origins: ['https://other-agent.example'], toolmark: { enabled: true, mcp: { enabled: true } } };
   server = await startServer({ apps: [APP, APP_NO_MCP, APP_NO_TOOLMARK, APP_OTHER] });
   authApp = await startAuthApp({ sdk: sdk(server, APP), users, deny: toolmarkChannelPolicy });
 });
@@ -288,6 +292,34 @@ describe('authorization', () => {
     assert.equal(res.status, 401);
     assert.equal(res.headers.get('www-authenticate'), 'Bearer');
     await assert.rejects(mcpConnect(server, sign(base({ exp: now() - 3600 }))));
+  });
+
+  test('CORS: a preflight from an allowed Origin gets the MCP headers, a refused one 403; real responses echo the Origin', async () => {
+    const preflight = (origin) => fetch(`${server.url}/toolmark/mcp`, {
+      method: 'OPTIONS',
+      headers: { Origin: origin, 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization, content-type, mcp-protocol-version' },
+    });
+    const ok = await preflight(AGENT_ORIGIN);
+    assert.equal(ok.status, 204);
+    assert.equal(ok.headers.get('access-control-allow-origin'), AGENT_ORIGIN);
+    assert.equal(ok.headers.get('access-control-allow-methods'), 'GET, POST, DELETE, OPTIONS');
+    assert.equal(ok.headers.get('access-control-allow-headers'), 'Authorization, Content-Type, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID');
+    for (const refused of ['https://evil.example', BRIDGE_ONLY_ORIGIN, 'http://agent.example.com']) {
+      const res = await preflight(refused);
+      assert.equal(res.status, 403, refused);
+      assert.equal(res.headers.get('access-control-allow-origin'), null, refused);
+    }
+    // The real request is answered with the token's app's allow-list.
+    const real = await fetch(`${server.url}/toolmark/mcp`, {
+      method: 'POST',
+      headers: { Origin: AGENT_ORIGIN, Authorization: `Bearer ${sign(base())}`, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'cors', version: '1' } } }),
+    });
+    await real.text();
+    assert.equal(real.status, 200);
+    assert.equal(real.headers.get('access-control-allow-origin'), AGENT_ORIGIN);
+    assert.equal(real.headers.get('access-control-expose-headers'), 'Mcp-Session-Id, WWW-Authenticate');
+    assert.ok(real.headers.get('mcp-session-id'));
   });
 
   const cases401 = [
