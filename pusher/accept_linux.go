@@ -416,6 +416,15 @@ func (r *replayConn) Read(b []byte) (int, error) {
 	return r.TCPConn.Read(b)
 }
 
+// CloseWrite drops the replay bytes not read: net/http half-closes a connection it will not
+// read again and lingers on it for a moment, and those bytes (up to pollReadSize of an
+// unread body) must not stay pinned meanwhile. It runs on the connection's serve goroutine
+// after its reads have stopped.
+func (r *replayConn) CloseWrite() error {
+	r.pending = nil
+	return r.TCPConn.CloseWrite()
+}
+
 // fdConn is the net.Conn and syscall.RawConn of a socket upgraded by the fast path: a
 // bare non-blocking descriptor that pollers read and flushers write. The blocking writes
 // of the slow path (writeLoop, for a peer whose buffer is full) go through a duplicate in
