@@ -10,15 +10,6 @@ import (
 	"github.com/reverbgo/reverbgo/channels"
 )
 
-// An in-memory registry never reports network round trips: the protocol then runs every
-// request inline, with no task goroutine.
-func TestMemoryRegistryIsNotRemote(t *testing.T) {
-	r := channels.NewRegistry(channels.Options{})
-	if r.Remote() || r.SubscribeWaits("private-toolmark.x") {
-		t.Fatal("an in-memory registry must never be Remote")
-	}
-}
-
 // A registry over the Redis broker reports Remote, and over RedisOccupancy indexes only the
 // channels under its prefix.
 func TestRedisRegistryIsRemote(t *testing.T) {
