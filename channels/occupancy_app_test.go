@@ -2,12 +2,12 @@ package channels_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/channels"
@@ -78,7 +78,7 @@ func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 			rdb := be.client(t)
 			spy := &replySpy{}
 			rdb.AddHook(spy)
-			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: "test:" + uuid.NewString() + ":", NodeTimeout: time.Minute})
+			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: testPrefix(), NodeTimeout: time.Minute})
 			occ := channels.NewRedisOccupancy(pres, "private-toolmark.", nil)
 			t.Cleanup(occ.Close)
 			reg := channels.NewRegistry(channels.Options{Presence: pres, Occupancy: occ})
@@ -103,6 +103,14 @@ func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 			if !spy.any("mine") {
 				t.Fatal("the spy saw nothing: the test would pass vacuously")
 			}
+			// More fields than one HSCAN page.
+			for i := 0; i < 1500; i++ {
+				reg.Subscribe("a*", fmt.Sprintf("many-%d", i), &channelstest.Sink{ID: "1.1"})
+			}
+			waitUntil(t, "every channel listed", func() bool {
+				list, err := occ.Channels(ctx, "a*", "many-")
+				return err == nil && len(list) == 1500
+			})
 		})
 	}
 }

@@ -374,22 +374,31 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 		return nil, err
 	}
 	match := globEscape(app+"\x00"+prefix) + "*"
+	// The first page of every node in one pipeline; a node with more follows on its own.
+	pipe := o.p.rdb.Pipeline()
+	cmds := make([]*redis.ScanCmd, len(nodes))
+	for i, n := range nodes {
+		cmds[i] = pipe.HScan(ctx, o.subsKey(n), 0, match, 1000)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
 	sum := map[string]int{}
-	for _, n := range nodes {
-		var cursor uint64
+	for i, n := range nodes {
+		fields, cursor := cmds[i].Val()
 		for {
-			fields, next, err := o.p.rdb.HScan(ctx, o.subsKey(n), cursor, match, 1000).Result()
-			if err != nil {
-				return nil, err
-			}
-			for i := 0; i+1 < len(fields); i += 2 {
-				a, ch, ok := strings.Cut(fields[i], "\x00")
-				if n, _ := strconv.Atoi(fields[i+1]); ok && a == app && n > 0 && strings.HasPrefix(ch, prefix) {
-					sum[ch] += n
+			for j := 0; j+1 < len(fields); j += 2 {
+				a, ch, ok := strings.Cut(fields[j], "\x00")
+				if k, _ := strconv.Atoi(fields[j+1]); ok && a == app && k > 0 && strings.HasPrefix(ch, prefix) {
+					sum[ch] += k
 				}
 			}
-			if cursor = next; cursor == 0 {
+			if cursor == 0 {
 				break
+			}
+			var err error
+			if fields, cursor, err = o.p.rdb.HScan(ctx, o.subsKey(n), cursor, match, 1000).Result(); err != nil {
+				return nil, err
 			}
 		}
 	}

@@ -350,9 +350,10 @@ describe('page endpoint security', () => {
     assert.equal((await pagePost(server, conv, m, { 'X-Socket-ID': a.socketId, 'X-Toolmark-Token': page.token() })).status, 401, 'the page\'s token on another socket');
     const ok = await pagePost(server, conv, msg(newClientId(), 'manifest', { rev: 1, tools: [] }), { 'X-Socket-ID': a.socketId, 'X-Toolmark-Token': ta });
     assert.equal(ok.status, 204, ok.text);
-    // The token dies with the subscription: unsubscribe, then the same token → 403 (not subscribed).
+    // The token dies with the subscription: unsubscribe, then the same token → 403 (not
+    // subscribed; 401 from another node, which only knows sockets with a toolmark channel).
     a.send({ event: 'pusher:unsubscribe', data: { channel: ch } });
-    await eventually(async () => (await pagePost(server, conv, m, { 'X-Socket-ID': a.socketId, 'X-Toolmark-Token': ta })).status === 403, { what: '403 after unsubscribe' });
+    await eventually(async () => [401, 403].includes((await pagePost(server, conv, m, { 'X-Socket-ID': a.socketId, 'X-Toolmark-Token': ta })).status), { what: '403/401 after unsubscribe' });
   });
 
   test('missing or unknown X-Socket-ID → 401', async (t) => {
