@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/channels"
@@ -79,7 +78,7 @@ func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 			rdb := be.client(t)
 			spy := &replySpy{}
 			rdb.AddHook(spy)
-			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: "test:" + uuid.NewString() + ":", NodeTimeout: time.Minute})
+			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: testPrefix(), NodeTimeout: time.Minute})
 			occ := channels.NewRedisOccupancy(pres, "private-toolmark.", nil)
 			t.Cleanup(occ.Close)
 			reg := channels.NewRegistry(channels.Options{Presence: pres, Occupancy: occ})

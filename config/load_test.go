@@ -82,7 +82,7 @@ func TestLoadDefaults(t *testing.T) {
 	if s.Host != "0.0.0.0" || s.Port != 8080 || s.Path != "" || s.MaxRequestSize != 10000 || s.ShutdownTimeoutSeconds != 10 {
 		t.Errorf("server defaults: %+v", s)
 	}
-	if c.Scaling.Channel != "reverb" || c.Scaling.Enabled {
+	if c.Scaling.Channel != "reverb" || c.Scaling.Enabled || c.Scaling.NodeTimeout != 10 {
 		t.Errorf("scaling defaults: %+v", c.Scaling)
 	}
 	a := c.Apps[0]

@@ -20,7 +20,8 @@ const (
 // handle dispatches one client frame. Bad input gets a pusher:error; the socket stays open.
 // It runs on the goroutine that reads the socket (a poller, or readLoop): what may wait on
 // Redis is handed to the connection's task goroutine (tasks.go), and while that has work,
-// every request but a ping waits behind it so that requests take effect in order.
+// every request (a ping too) waits behind it, so requests take effect in the order sent
+// and a pong proves that everything before the ping was handled.
 func (c *Conn) handle(raw []byte) {
 	c.app.stats.clientMessages.Add(1)
 	m, err := DecodeClientMessage(raw)
@@ -28,11 +29,7 @@ func (c *Conn) handle(raw []byte) {
 		c.sendError(codeInvalidMessage, "Invalid message format")
 		return
 	}
-	switch m.Event {
-	case "pusher:ping":
-		c.Send(pongFrame)
-		return
-	case "pusher:pong":
+	if m.Event == "pusher:pong" {
 		return // activity was recorded by the read loop
 	}
 	if c.srv.remote && c.tasksBusy() {
@@ -54,6 +51,8 @@ func (c *Conn) handle(raw []byte) {
 // context (with its deadline) on the task goroutine.
 func (c *Conn) dispatch(ctx context.Context, m ClientMessage) {
 	switch m.Event {
+	case "pusher:ping":
+		c.Send(pongFrame)
 	case "pusher:subscribe":
 		c.subscribe(ctx, m.Data)
 	case "pusher:unsubscribe":

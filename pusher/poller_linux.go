@@ -27,8 +27,8 @@ const pollReadSize = 16 << 10
 //
 // Handlers (Conn.handle) run on the poller goroutine and must never block: they only
 // touch in-memory state and queue frames with Send; whatever may wait on Redis (presence,
-// the cluster socket index) runs on the connection's task goroutine (tasks.go) and
-// publishes go through Registry.PublishNoWait.
+// the cluster socket index) runs on the connection's task goroutine (tasks.go); a
+// broker's Publish never waits.
 type poller struct {
 	epfd   int
 	wakefd int // eventfd that interrupts EpollWait at shutdown

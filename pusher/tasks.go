@@ -12,10 +12,10 @@ import (
 // of sockets) must never wait for one: a Redis that stops answering would leave every other
 // socket on that poller unread. So such work runs on a goroutine of the connection's own,
 // started when work is queued and ending when the queue is empty; a connection's queue runs
-// in order, and while it is not empty everything else the client asks (but pings) waits
-// behind it, so requests still take effect in the order they were sent. Each task's seams
-// get a context with a deadline (remoteTimeout). Local delivery never waits: publishes go
-// through Registry.PublishNoWait.
+// in order, and while it is not empty everything else the client asks waits behind it, so
+// requests still take effect in the order they were sent. Other sockets never wait. Each task's seams
+// get a context with a deadline (remoteTimeout). Local delivery never waits: a broker's
+// Publish queues for Redis and returns (channels.Broker).
 
 // remoteTimeout bounds one task's round trips to Redis.
 const remoteTimeout = 2 * time.Second

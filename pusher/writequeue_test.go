@@ -323,3 +323,72 @@ func TestWriteBarrierOrder(t *testing.T) {
 		})
 	}
 }
+
+// A close that lands while a partial write is pending and a presence subscribe holds a
+// barrier open: the stream still parses to the end, ends with the close frame (4200), and
+// the subscribe's late answer is never written after it.
+func TestWriteQueueCloseDuringPartialWriteAndBarrier(t *testing.T) {
+	testHookPartialWrite = func() { time.Sleep(30 * time.Millisecond) }
+	t.Cleanup(func() { testHookPartialWrite = nil })
+	store := &slowPresence{PresenceStore: channels.NewMemoryPresence(), delay: 20 * time.Millisecond}
+	reg := channels.NewRegistry(channels.Options{Presence: store})
+	ts := newServer(t, withOptions(func(o *Options) { o.MaxQueueBytes = 256 << 20; o.Registry = reg }))
+	raw := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
+	_ = raw.nc.(*net.TCPConn).SetReadBuffer(128 << 10)
+	raw.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"big"}}`)
+	eventually(t, "subscribed to big", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "big") == 1 })
+	var conn *Conn
+	ts.s.sockets.each(func(c *Conn) {
+		conn = c
+		_ = c.raw.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 64<<10) })
+	})
+	bigData := []byte(`"` + strings.Repeat("b", 1<<20) + `"`)
+
+	for round := range 3 {
+		_ = ts.s.Publish(testAppID, "big", "big", bigData) // t=0: a partial write, held 30 ms
+		time.Sleep(time.Millisecond)
+		ch := fmt.Sprintf("presence-close-%d", round)
+		cd := `{"user_id":"u"}`
+		msg, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": map[string]string{
+			"channel": ch, "channel_data": cd, "auth": presenceAuth(ts.app.Key, ts.app.Secret, conn.socketID, ch, cd)}})
+		raw.writeText(t, string(msg)) // its barrier opens at about t=21 ms
+		if round < 2 {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		time.Sleep(25 * time.Millisecond) // inside both windows
+		conn.closeWith(CloseServerShutdown)
+	}
+	br := bufio.NewReader(raw.nc)
+	_ = raw.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var last serverFrame
+	succeeded := 0
+	for {
+		f, err := readServerFrame(br)
+		if err != nil {
+			if last.op != opClose {
+				t.Fatalf("stream ended without a close frame (last opcode %#x, %d subscribes answered): %v", last.op, succeeded, err)
+			}
+			break
+		}
+		if last.op == opClose {
+			t.Fatalf("frame after the close frame: %.80q", f.payload)
+		}
+		if f.op == opText {
+			var ev struct {
+				Event string `json:"event"`
+			}
+			if err := json.Unmarshal(f.payload, &ev); err != nil {
+				t.Fatalf("frame of %d bytes is not one JSON event: %v", len(f.payload), err)
+			}
+			if ev.Event == "pusher_internal:subscription_succeeded" {
+				succeeded++
+			}
+		}
+		last = f
+	}
+	if code := binary.BigEndian.Uint16(last.payload); code != 4200 {
+		t.Fatalf("close code %d, want 4200", code)
+	}
+	t.Logf("%d subscribes answered before the close", succeeded)
+}

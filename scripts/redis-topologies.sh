@@ -89,7 +89,7 @@ CONF
   # Sentinels find each other through hello messages every 2 s: wait until each knows the
   # other two and the replica, so a failover can be authorized.
   for a in ${addrs//,/ }; do
-    wait_for 150 sentinel_sees_all "${a#*:}" "$replica" || die "sentinel $a never saw its peers"
+    wait_for 300 sentinel_sees_all "${a#*:}" "$replica" || die "sentinel $a never saw its peers"
     wait_for 50 sentinel_ok "${a#*:}" || die "sentinel $a has no quorum"
   done
   echo "SENTINEL_ADDRS=$addrs"

@@ -79,3 +79,22 @@ func TestRedisStore(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisStoreCluster runs the suite on a real Redis Cluster (REVERBGO_TEST_REDIS_CLUSTER)
+// under a hash-tagged prefix, as the node uses: every script's keys share one slot.
+func TestRedisStoreCluster(t *testing.T) {
+	addrs := testenv.RedisClusterAddrs(t)
+	if addrs == nil {
+		t.Skip("REVERBGO_TEST_REDIS_CLUSTER not set")
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	storetest.Run(t, func(t *testing.T, n int) ([]webhooks.Store, func(time.Duration)) {
+		prefix := "{test:" + uuid.NewString() + "}:"
+		out := make([]webhooks.Store, n)
+		for i := range out {
+			out[i] = webhooks.NewRedisStore(rdb, prefix, uuid.NewString())
+		}
+		return out, time.Sleep
+	})
+}

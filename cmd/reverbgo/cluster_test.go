@@ -11,6 +11,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -249,17 +250,23 @@ func TestTwoNodes(t *testing.T) {
 			if n := obs.joinPresence(room, "obs"); n != 1 {
 				t.Fatalf("observer sees %d members", n)
 			}
-			// step sends frame from c, then a ping: the pong proves the reader finished the frame,
-			// publishes included. A marker published through A afterwards therefore arrives
-			// after anything the step sent, so the observer must see exactly want, then it.
-			step := func(c *wsClient, frame map[string]any, want ...string) {
+			// step sends frame from c, then subscribes c to a fresh public channel: with
+			// scaling, presence work runs on the connection's task goroutine and every later
+			// request but a ping waits behind it, so subscription_succeeded proves the frame's
+			// work is done, its publishes queued on c's node. A marker published through the
+			// same node afterwards leaves through the same broker queue, so the observer must
+			// see exactly want, then it.
+			barriers := 0
+			step := func(c *wsClient, via *testNode, frame map[string]any, want ...string) {
 				t.Helper()
 				if frame != nil {
 					c.send(frame)
 				}
-				c.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
-				c.skipTo("pusher:pong", "") // c is in the room too: markers, member events
-				trigger(t, a, room, "marker", "{}")
+				barriers++
+				barrier := "barrier-" + strconv.Itoa(barriers)
+				c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": barrier}})
+				c.skipTo("pusher_internal:subscription_succeeded", barrier) // c is in the room too
+				trigger(t, via, room, "marker", "{}")
 				for _, w := range want {
 					obs.next(w, room)
 				}
@@ -270,14 +277,14 @@ func TestTwoNodes(t *testing.T) {
 			if n := u1a.joinPresence(room, "u1"); n != 2 {
 				t.Fatalf("u1 on A sees %d members, want 2", n)
 			}
-			step(u1a, nil, "pusher_internal:member_added")
+			step(u1a, a, nil, "pusher_internal:member_added")
 			u1b := connect(t, b)
 			if n := u1b.joinPresence(room, "u1"); n != 2 {
 				t.Fatalf("u1's second socket on B sees %d members, want 2", n)
 			}
-			step(u1b, nil)                                           // no second member_added
-			step(u1a, unsubscribe)                                   // u1 is still on B: no member_removed
-			step(u1b, unsubscribe, "pusher_internal:member_removed") // the last socket: once
+			step(u1b, b, nil)                                           // no second member_added
+			step(u1a, a, unsubscribe)                                   // u1 is still on B: no member_removed
+			step(u1b, b, unsubscribe, "pusher_internal:member_removed") // the last socket: once
 
 			// Cluster-wide answers on A about sockets on B.
 			tm := connect(t, b)

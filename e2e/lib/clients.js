@@ -162,6 +162,7 @@ function subscribe(pusher, name, ms = WAIT_MS) {
 /**
  * Records every call of an event on something with bind() (pusher-js channel, pusher.user,
  * pusher.connection, an Echo channel via .listen etc. when `bindWith` is given).
+ * With bindWith, target (e.g. the Echo channel) is only used by none() to find the client.
  * Returns {got: [...data], meta: [...metadata], wait(n), none()}.
  */
 function inbox(target, event, bindWith) {
@@ -187,11 +188,32 @@ function inbox(target, event, bindWith) {
       if (got.length >= n) return Promise.resolve(got.slice());
       return deadline(new Promise((resolve) => waiters.push({ n, resolve })), ms, () => `${n} x ${event} (have ${got.length})`);
     },
+    /** Resolves with what arrived within a quiet window; rejects if the client's connection
+     * is not connected during it (silence from a dropped connection proves nothing). pusher-js
+     * reports a dead socket as "connecting" about a second after it, so a drop just before a
+     * short window may go unseen; a drop during a longer one does not. */
     async none(ms = QUIET_MS) {
+      const client = clientOf(target);
+      let dropped = client && client.connection.state !== 'connected' ? client.connection.state : null;
+      const onChange = ({ current }) => {
+        if (current !== 'connected' && !dropped) dropped = current;
+      };
+      if (client) client.connection.bind('state_change', onChange);
       await sleep(ms);
+      if (client) client.connection.unbind('state_change', onChange);
+      if (dropped) throw new Error(`connection ${dropped} while watching for no ${event}`);
       return got.slice();
     },
   };
+}
+
+/** The pusher-js client behind a Pusher, a channel, pusher.user or an Echo channel. */
+function clientOf(target) {
+  if (!target) return null;
+  if (target.connection && typeof target.connection.bind === 'function') return target;
+  if (target.pusher && target.pusher.connection) return target.pusher;
+  if (target.subscription && target.subscription.pusher) return target.subscription.pusher;
+  return null;
 }
 
 let EchoClass;

@@ -81,7 +81,7 @@ describe('Echo whispers', () => {
     bag.add(() => bob.disconnect());
     const adaCh = ada.private(name);
     const bobCh = bob.private(name);
-    const adaGot = inbox(null, 'typing', (fn) => adaCh.listenForWhisper('typing', fn));
+    const adaGot = inbox(adaCh, 'typing', (fn) => adaCh.listenForWhisper('typing', fn));
     const bobGot = inbox(null, 'typing', (fn) => bobCh.listenForWhisper('typing', fn));
     await echoSubscribed(adaCh);
     await echoSubscribed(bobCh);

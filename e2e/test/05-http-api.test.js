@@ -127,7 +127,7 @@ describe('publishing', () => {
     const [me, you] = clients;
     const mine = me.echo.private(name);
     const yours = you.echo.private(name);
-    const myInbox = inbox(null, '.Moved', (fn) => mine.listen('.Moved', fn));
+    const myInbox = inbox(mine, '.Moved', (fn) => mine.listen('.Moved', fn));
     const yourInbox = inbox(null, '.Moved', (fn) => yours.listen('.Moved', fn));
     await echoSubscribed(mine);
     await echoSubscribed(yours);

@@ -198,6 +198,8 @@ describe('webhooks across a cluster', () => {
       const victim = await startNode();
       const w = await wire(t, victim);
       await w.subscribe(name);
+      const pres = uid(`presence-${signal}-`);
+      await w.authSubscribe(pres, { user_id: 'vic' });
       receiver.setDown('/client', true);
       const before = receiver.postsTo('/client').length;
       for (let i = 0; i < 5; i++) w.send({ event: 'client-q', channel: name, data: { i } });
@@ -219,6 +221,12 @@ describe('webhooks across a cluster', () => {
         { ms: TAKEOVER_MS, what: 'channel_vacated of the stopped node\'s channel' });
       await sleep(1500);
       assert.deepEqual(named('/all', (e) => e.channel === name).map((e) => e.name), ['channel_occupied', 'channel_vacated']);
+      // Its presence member is removed once too (on SIGKILL by the survivor that reaps it).
+      await eventually(() => named('/all', (e) => e.channel === pres && e.name === 'member_removed').length === 1,
+        { ms: TAKEOVER_MS, what: 'member_removed of the stopped node\'s member' });
+      await sleep(1000);
+      assert.deepEqual(named('/all', (e) => e.channel === pres).map((e) => `${e.name}:${e.user_id || ''}`).sort(),
+        ['channel_occupied:', 'channel_vacated:', 'member_added:vic', 'member_removed:vic']);
     });
   }
 });
