@@ -19,9 +19,15 @@ const shardCount = 256
 
 type key struct{ app, name string }
 
+// channel is one channel's local subscribers. Its lock is taken without the shard's: a
+// fan-out holds the read lock for the whole delivery, and a subscribe waiting for it must
+// not hold the shard lock meanwhile, or every other channel of the shard would wait for
+// that broadcast too (a lock convoy). dead marks a channel Unsubscribe emptied and is
+// removing from the shard; a Subscribe that finds it dead puts a fresh one in its place.
 type channel struct {
 	mu   sync.RWMutex
 	subs map[string]Subscriber
+	dead bool
 }
 
 type shard struct {
@@ -89,39 +95,60 @@ func (r *Registry) shardOf(app, name string) *shard {
 }
 
 // Subscribe adds sub to a channel and returns the local subscriber count after it and
-// whether sub was newly added (a repeated subscribe is a no-op).
+// whether sub was newly added (a repeated subscribe is a no-op). It holds the shard lock
+// only to find or create the channel, never while waiting for the channel's own lock.
 func (r *Registry) Subscribe(app, name string, sub Subscriber) (count int, added bool) {
 	s := r.shardOf(app, name)
 	k := key{app, name}
-	s.mu.Lock()
+	s.mu.RLock()
 	ch := s.channels[k]
-	if ch == nil {
-		ch = &channel{subs: make(map[string]Subscriber, 1)}
-		s.channels[k] = ch
+	s.mu.RUnlock()
+	for {
+		if ch == nil {
+			ch = s.live(k, nil)
+		}
+		ch.mu.Lock()
+		if !ch.dead {
+			break
+		}
+		ch.mu.Unlock()
+		ch = s.live(k, ch) // emptied by an Unsubscribe meanwhile: replace it
 	}
-	ch.mu.Lock()
 	if _, dup := ch.subs[sub.SocketID()]; !dup {
 		ch.subs[sub.SocketID()] = sub
 		added = true
 	}
 	count = len(ch.subs)
 	ch.mu.Unlock()
-	s.mu.Unlock()
 	if added && r.occ != nil && !IsInternal(name) {
 		r.occ.Subscribed(app, name, sub.SocketID())
 	}
 	return count, added
 }
 
+// live returns the shard's channel for k, creating it when there is none or when the one
+// there is stale (a dead channel the caller found).
+func (s *shard) live(k key, stale *channel) *channel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.channels[k]
+	if ch == nil || ch == stale {
+		ch = &channel{subs: make(map[string]Subscriber, 1)}
+		s.channels[k] = ch
+	}
+	return ch
+}
+
 // Unsubscribe removes a socket from a channel, dropping the channel when it empties.
-// It returns the remaining local count and whether the socket was subscribed.
+// It returns the remaining local count and whether the socket was subscribed. Like
+// Subscribe it never waits for the channel's lock while holding the shard's.
 func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, removed bool) {
 	s := r.shardOf(app, name)
 	k := key{app, name}
-	s.mu.Lock()
+	s.mu.RLock()
 	ch := s.channels[k]
+	s.mu.RUnlock()
 	if ch == nil {
-		s.mu.Unlock()
 		return 0, false
 	}
 	ch.mu.Lock()
@@ -130,11 +157,18 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 		removed = true
 	}
 	remaining = len(ch.subs)
-	ch.mu.Unlock()
-	if remaining == 0 {
-		delete(s.channels, k)
+	drop := remaining == 0 && !ch.dead
+	if drop {
+		ch.dead = true
 	}
-	s.mu.Unlock()
+	ch.mu.Unlock()
+	if drop {
+		s.mu.Lock()
+		if s.channels[k] == ch { // not already replaced by a Subscribe
+			delete(s.channels, k)
+		}
+		s.mu.Unlock()
+	}
 	if removed && r.occ != nil && !IsInternal(name) {
 		r.occ.Unsubscribed(app, name, socketID)
 	}

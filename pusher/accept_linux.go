@@ -401,19 +401,34 @@ func (p *poller) expireHandshakes(now int64) {
 // before any handler can hijack the connection.
 type replayConn struct {
 	*net.TCPConn
+	mu      sync.Mutex // guards pending: CloseWrite may run during a background Read
 	pending []byte
 }
 
 func (r *replayConn) Read(b []byte) (int, error) {
+	r.mu.Lock()
 	if len(r.pending) > 0 {
 		n := copy(b, r.pending)
 		r.pending = r.pending[n:]
 		if len(r.pending) == 0 {
 			r.pending = nil
 		}
+		r.mu.Unlock()
 		return n, nil
 	}
+	r.mu.Unlock()
 	return r.TCPConn.Read(b)
+}
+
+// CloseWrite drops the replay bytes not read: net/http half-closes a connection it will not
+// read again and lingers on it for a moment, and those bytes (up to pollReadSize of an
+// unread body) must not stay pinned meanwhile. net/http's background read may still be in
+// Read, hence the lock.
+func (r *replayConn) CloseWrite() error {
+	r.mu.Lock()
+	r.pending = nil
+	r.mu.Unlock()
+	return r.TCPConn.CloseWrite()
 }
 
 // fdConn is the net.Conn and syscall.RawConn of a socket upgraded by the fast path: a

@@ -33,8 +33,9 @@ type subscription struct {
 	token  string // Toolmark page token (session.go), "" for other channels
 }
 
-// Conn is one client socket. Its reader goroutine owns the protocol state; other goroutines
-// only call Send and closeWith. Writes bypass gorilla's writer: frames are built once per
+// Conn is one client socket. Its reader (a poller or readLoop) owns the protocol state, or
+// its task goroutine while that has Redis work queued (tasks.go: never both at once); other
+// goroutines only call Send and closeWith. Writes bypass gorilla's writer: frames are built once per
 // broadcast and several queued frames leave in one writev, so the hot path costs one
 // syscall per batch and no allocation per delivery.
 type Conn struct {
