@@ -2,6 +2,7 @@ package channels
 
 import (
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -117,22 +118,42 @@ func TestSubscribeUnsubscribeRace(t *testing.T) {
 }
 
 // BenchmarkSubscribeDuringFanout is one subscribe+unsubscribe of a channel in the same shard
-// as a 10,000-subscriber channel that is being broadcast to without pause.
+// as a 10,000-subscriber channel that is being broadcast to without pause while its own
+// subscribers come and go (a page reload on a big channel).
 //
-//	go test -run '^$' -bench SubscribeDuringFanout -count 5 ./channels/
+//	go test -run '^$' -bench SubscribeDuringFanout -count 6 -benchtime 2000x ./channels/
 func BenchmarkSubscribeDuringFanout(b *testing.B) {
 	r := NewRegistry(Options{})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	fanoutLoop(r, stop, &wg)
+	wg.Add(1)
+	go func() { // churn on the big channel: each subscribe waits for the fan-out in progress
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.Subscribe("app", "big", slowSub{id: "churn"})
+			r.Unsubscribe("app", "big", "churn")
+		}
+	}()
 	others := sameShard(r, "app", "big", 64)
+	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		name := others[i%len(others)]
+		start := time.Now()
 		r.Subscribe("app", name, slowSub{id: "s"})
 		r.Unsubscribe("app", name, "s")
+		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
 	close(stop)
 	wg.Wait()
 }
