@@ -135,13 +135,18 @@ func (p *fakePage) Publish(_, channel, _ string, data []byte) error {
 	return nil
 }
 
+// pageClient is the fake page's own HTTP client, one connection per POST: a browser page has
+// its own connection pool, and sharing http.DefaultClient's with the MCP client let a page POST
+// pick up a connection the MCP side had just finished with (one CI run saw "EOF").
+var pageClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+
 func (p *fakePage) post(conv string, msg any) int {
 	body, _ := json.Marshal(msg)
 	req, _ := http.NewRequest(http.MethodPost, p.url+"/toolmark/bridge/"+conv, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Socket-ID", sockID(conv))
 	req.Header.Set("X-Toolmark-Token", sockToken(sockID(conv)))
-	res, err := http.DefaultClient.Do(req)
+	res, err := pageClient.Do(req)
 	if err != nil {
 		p.t.Errorf("page post: %v", err)
 		return 0
