@@ -19,6 +19,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // Fakes over mocks: each records what happened and tests assert on the record.
@@ -196,23 +197,8 @@ func (c *clock) Add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// syncBuffer collects audit lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects log lines (the shared helper).
+type syncBuffer = testutil.SyncBuffer
 
 const prefix = "/px"
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // Fakes over mocks: a real Bridge and MCP server on an httptest server; the "page" is a
@@ -204,22 +205,8 @@ type harness struct {
 	logs    *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects log lines (the shared helper).
+type syncBuffer = testutil.SyncBuffer
 
 func testApps() fakeApps {
 	return fakeApps{

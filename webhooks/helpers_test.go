@@ -1,7 +1,6 @@
 package webhooks
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // delivery is one request a receiver got.
@@ -149,23 +149,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects log lines (the shared helper).
+type syncBuffer = testutil.SyncBuffer
 
 // testOptions are fast settings; each test overrides what it exercises.
 func testOptions(logs *syncBuffer) Options {
