@@ -314,39 +314,27 @@ func (o *RedisOccupancy) liveNodes(ctx context.Context) ([]string, error) {
 
 // SubscriptionCount is the channel's subscriber count over every live node.
 func (o *RedisOccupancy) SubscriptionCount(ctx context.Context, app, channel string) (int, error) {
-	nodes, err := o.liveNodes(ctx)
-	if err != nil {
-		return 0, err
-	}
-	pipe := o.p.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(nodes))
-	for i, n := range nodes {
-		cmds[i] = pipe.HGet(ctx, o.subsKey(n), app+"\x00"+channel)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, err
-	}
-	total := 0
-	for _, c := range cmds {
-		if n, err := c.Int(); err == nil && n > 0 {
-			total += n
-		}
-	}
-	return total, nil
+	return o.sumOverNodes(ctx, o.subsKey, app+"\x00"+channel, true)
 }
 
 // RemoteConnections is the app's open sockets on every other live node, as of their last
 // batch; the caller adds its own, exact count.
 func (o *RedisOccupancy) RemoteConnections(ctx context.Context, app string) (int, error) {
+	return o.sumOverNodes(ctx, o.connsKey, app, false)
+}
+
+// sumOverNodes adds up one field of a per-node hash over the live nodes (this node's too when
+// self), in one pipeline; a missing or non-positive field counts as zero.
+func (o *RedisOccupancy) sumOverNodes(ctx context.Context, key func(node string) string, field string, self bool) (int, error) {
 	nodes, err := o.liveNodes(ctx)
 	if err != nil {
 		return 0, err
 	}
 	pipe := o.p.rdb.Pipeline()
-	var cmds []*redis.StringCmd
+	cmds := make([]*redis.StringCmd, 0, len(nodes))
 	for _, n := range nodes {
-		if n != o.p.node {
-			cmds = append(cmds, pipe.HGet(ctx, o.connsKey(n), app))
+		if self || n != o.p.node {
+			cmds = append(cmds, pipe.HGet(ctx, key(n), field))
 		}
 	}
 	if len(cmds) == 0 {
