@@ -111,6 +111,10 @@ type fakePage struct {
 	mu     sync.Mutex
 	got    []pageMsg
 	answer func(m pageMsg) json.RawMessage
+	// posts counts answers in flight: the bridge hands a result to the waiting call before it
+	// writes the page's 204, so a test can end while a POST is still being answered; cleanup
+	// waits for them before it closes the server (closing first made the POST fail with EOF).
+	posts sync.WaitGroup
 }
 
 func (p *fakePage) Publish(_, channel, _ string, data []byte) error {
@@ -131,14 +135,17 @@ func (p *fakePage) Publish(_, channel, _ string, data []byte) error {
 	}
 	if res := answer(m); res != nil {
 		conv := channel[strings.LastIndexByte(channel, '.')+1:]
-		go p.post(conv, map[string]any{"protocol": 1, "type": "result", "clientId": m.ClientID, "id": m.ID, "result": res})
+		p.posts.Add(1)
+		go func() {
+			defer p.posts.Done()
+			p.post(conv, map[string]any{"protocol": 1, "type": "result", "clientId": m.ClientID, "id": m.ID, "result": res})
+		}()
 	}
 	return nil
 }
 
-// pageClient is the fake page's own HTTP client, one connection per POST: a browser page has
-// its own connection pool, and sharing http.DefaultClient's with the MCP client let a page POST
-// pick up a connection the MCP side had just finished with (one CI run saw "EOF").
+// pageClient is the fake page's own HTTP client, one connection per POST, as a browser page has
+// its own connection pool apart from the agent's.
 var pageClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
 
 func (p *fakePage) post(conv string, msg any) int {
@@ -238,6 +245,7 @@ func newHarness(t testing.TB, limits bridge.Limits, with ...func(*Options)) *har
 	h.srv = httptest.NewServer(e)
 	h.page.url = h.srv.URL
 	t.Cleanup(func() {
+		h.page.posts.Wait()
 		h.mcp.Close()
 		h.srv.CloseClientConnections()
 		h.srv.Close()
