@@ -33,6 +33,7 @@ import (
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/console"
 	"github.com/reverbgo/reverbgo/httpguard"
+	"github.com/reverbgo/reverbgo/internal/asynclog"
 	"github.com/reverbgo/reverbgo/mcp"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
@@ -106,7 +107,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)
 		return 1
 	}
-	logger, err := newLogger(stderr, cfg.Server.Log, *logLevel)
+	// The audit log (a line per Toolmark call and page message) leaves through one goroutine
+	// in batches instead of a write(2) per line on the call's goroutine; Close writes the rest.
+	logOut := asynclog.New(stderr, asynclog.Options{})
+	defer logOut.Close()
+	logger, err := newLogger(logOut, cfg.Server.Log, *logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
 		return 2
