@@ -19,20 +19,40 @@ const maxToolLabels = 256
 var callBuckets = []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 // metrics are the bridge's Prometheus hooks; a nil *metrics records nothing.
+//
+// The children of the vectors are cached per label set: WithLabelValues validates, hashes and
+// looks up every label value under the vector's lock on each call, and a call records three
+// series and a page message one. Every cached key is the label set of a live series, so the
+// caches are bounded as the series are (apps from the config, surfaces, kinds, statuses and
+// page types from fixed sets, tools by maxToolLabels); a swept tool leaves both.
 type metrics struct {
 	calls     *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	pageMsgs  *prometheus.CounterVec
 	inFlight  *prometheus.GaugeVec
 	mu        sync.Mutex
-	toolNames map[string]map[string]time.Time // app → tool label value → last seen in a manifest or call
+	toolNames map[string]map[string]time.Time   // app → tool label value → last seen in a manifest or call
+	callCtr   map[callLabels]prometheus.Counter // guarded by mu, with toolNames (sweepTools)
+	latObs    map[latLabels]prometheus.Observer // guarded by mu
+	pageCtr   sync.Map                          // pageLabels → prometheus.Counter
+	flightG   sync.Map                          // app → prometheus.Gauge
+}
+
+type callLabels struct{ app, surface, kind, tool, status string }
+
+type latLabels struct{ app, surface, kind, status string }
+
+type pageLabels struct {
+	app, typ string
+	code     int
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return nil
 	}
-	m := &metrics{toolNames: map[string]map[string]time.Time{}}
+	m := &metrics{toolNames: map[string]map[string]time.Time{}, callCtr: map[callLabels]prometheus.Counter{},
+		latObs: map[latLabels]prometheus.Observer{}}
 	m.calls = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "reverbgo_toolmark_calls_total",
 		Help: "Toolmark calls and describes by app, surface (api, mcp), kind, tool (\"other\" outside the manifest) and result status.",
@@ -72,11 +92,16 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 // manifest posted here for a manifest lifetime is dropped, with its series (sweepTools), so
 // tools that left the manifests give their place to new ones.
 func (m *metrics) toolLabel(app, tool string, inManifest bool, now time.Time) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.toolLabelLocked(app, tool, inManifest, now)
+}
+
+// toolLabelLocked is toolLabel with m.mu held.
+func (m *metrics) toolLabelLocked(app, tool string, inManifest bool, now time.Time) string {
 	if !inManifest {
 		return "other"
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	set := m.toolNames[app]
 	if set == nil {
 		set = map[string]time.Time{}
@@ -108,12 +133,15 @@ func (m *metrics) manifest(app string, tools []Tool, now time.Time) {
 	}
 }
 
-// sweepTools drops the tool labels last seen before cutoff and deletes their series.
+// sweepTools drops the tool labels last seen before cutoff and deletes their series and
+// cached counters. The series are deleted with m.mu held: a call between the two could
+// otherwise cache a counter for the tool that the deletion then detaches from the vector.
 func (m *metrics) sweepTools(cutoff time.Time) {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	var gone [][2]string
 	for app, set := range m.toolNames {
 		for tool, seen := range set {
@@ -126,7 +154,17 @@ func (m *metrics) sweepTools(cutoff time.Time) {
 			delete(m.toolNames, app)
 		}
 	}
-	m.mu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	for k := range m.callCtr {
+		for _, g := range gone {
+			if k.app == g[0] && k.tool == g[1] {
+				delete(m.callCtr, k)
+				break
+			}
+		}
+	}
 	for _, g := range gone {
 		m.calls.DeletePartialMatch(prometheus.Labels{"app": g[0], "tool": g[1]})
 	}
@@ -136,8 +174,22 @@ func (m *metrics) call(app, surface, kind, tool string, inManifest bool, status 
 	if m == nil {
 		return
 	}
-	m.calls.WithLabelValues(app, surface, kind, m.toolLabel(app, tool, inManifest, now), status).Inc()
-	m.latency.WithLabelValues(app, surface, kind, status).Observe(d.Seconds())
+	m.mu.Lock()
+	ck := callLabels{app, surface, kind, m.toolLabelLocked(app, tool, inManifest, now), status}
+	ctr := m.callCtr[ck]
+	if ctr == nil {
+		ctr = m.calls.WithLabelValues(ck.app, ck.surface, ck.kind, ck.tool, ck.status)
+		m.callCtr[ck] = ctr
+	}
+	lk := latLabels{app, surface, kind, status}
+	obs := m.latObs[lk]
+	if obs == nil {
+		obs = m.latency.WithLabelValues(app, surface, kind, status)
+		m.latObs[lk] = obs
+	}
+	m.mu.Unlock()
+	ctr.Inc()
+	obs.Observe(d.Seconds())
 }
 
 func (m *metrics) page(app, typ string, code int) {
@@ -149,14 +201,29 @@ func (m *metrics) page(app, typ string, code int) {
 	default:
 		typ = "invalid"
 	}
-	m.pageMsgs.WithLabelValues(app, typ, codeLabel(code)).Inc()
+	cl := codeLabel(code)
+	k := pageLabels{app, typ, code}
+	if cl == "5xx" {
+		k.code = 500 // one cache entry per series
+	}
+	if c, ok := m.pageCtr.Load(k); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c, _ := m.pageCtr.LoadOrStore(k, m.pageMsgs.WithLabelValues(app, typ, cl))
+	c.(prometheus.Counter).Inc()
 }
 
 func (m *metrics) flight(app string, delta float64) {
 	if m == nil {
 		return
 	}
-	m.inFlight.WithLabelValues(app).Add(delta)
+	if g, ok := m.flightG.Load(app); ok {
+		g.(prometheus.Gauge).Add(delta)
+		return
+	}
+	g, _ := m.flightG.LoadOrStore(app, m.inFlight.WithLabelValues(app))
+	g.(prometheus.Gauge).Add(delta)
 }
 
 func codeLabel(code int) string {
