@@ -301,6 +301,35 @@ func (n *node) release(ctx context.Context) {
 	}
 }
 
+// newHTTPServer is the http.Server of a node's port.
+//
+// No ReadTimeout: it would cancel long-poll handlers (Toolmark calls wait up to
+// max_timeout_ms) and, on the TLS path, stay armed on hijacked WebSockets. httpguard bounds
+// bodies instead (a per-request body deadline cleared once the body is read, and a cap on
+// requests still being read); ReadHeaderTimeout cuts slowloris headers.
+//
+// Without TLS the port also speaks HTTP/2 with prior knowledge (h2c): an agent then keeps its
+// calls to the Toolmark calls API as streams of one connection, whose frames the server
+// writes together, instead of one HTTP/1.1 connection per call in flight. Only a client that
+// opens with the HTTP/2 preface gets it, so HTTP/1.1 clients and WebSocket upgrades (which
+// the fast listener takes before net/http sees them) are unchanged. With TLS, HTTP/2 is
+// negotiated by ALPN as before.
+func newHTTPServer(n *node, logger *slog.Logger, tlsOn bool) *http.Server {
+	srv := &http.Server{
+		Handler:           httpguard.Wrap(n.e, httpguard.Options{}),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	if !tlsOn {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return srv
+}
+
 func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {
 	n, err := newNode(cfg, logger, metrics)
 	if err != nil {
@@ -319,18 +348,8 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		n.shutdown(context.Background(), nil)
 		return err
 	}
-	// No ReadTimeout: it would cancel long-poll handlers (Toolmark calls wait up to
-	// max_timeout_ms) and, on the TLS path, stay armed on hijacked WebSockets. httpguard
-	// bounds bodies instead (a per-request body deadline cleared once the body is read, and a
-	// cap on requests still being read); ReadHeaderTimeout cuts slowloris headers.
-	httpSrv := &http.Server{
-		Handler:           httpguard.Wrap(n.e, httpguard.Options{}),
-		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
 	tlsOn := tlsEnabled(cfg)
+	httpSrv := newHTTPServer(n, logger, tlsOn)
 	var certs *certReloader
 	if tlsOn {
 		if certs, err = newCertReloader(cfg.Server.TLS.Cert, cfg.Server.TLS.Key); err != nil {
