@@ -58,6 +58,10 @@ type Config struct {
 	CallTimeout time.Duration // timeout_ms sent with every call
 	Timeout     time.Duration // hard limit of the whole run
 	PID         int           // server process for CPU accounting (0 = none)
+	// H2C is "" (HTTP/1.1 everywhere), "agent" (the agent's calls over HTTP/2 with prior
+	// knowledge, the pages' POSTs over HTTP/1.1 as a browser on plain HTTP does) or "all"
+	// (the pages' POSTs over h2c too, as a browser's over TLS would be HTTP/2).
+	H2C string
 
 	DialConcurrency int
 	Progress        io.Writer // one line per second while calls run (nil = none)
@@ -78,6 +82,8 @@ func (c *Config) check() error {
 		return errors.New("--think-jitter must be 0..1")
 	case c.AppID == "" || c.Key == "" || c.Secret == "":
 		return errors.New("--app-id, --key and --secret are required")
+	case c.H2C != "" && c.H2C != "agent" && c.H2C != "all":
+		return errors.New(`--h2c must be "", "agent" or "all"`)
 	}
 	if c.User == "" {
 		c.User = "bench-u"
@@ -97,6 +103,7 @@ func (c *Config) check() error {
 // Result is the run's summary; main prints it as the last line, in JSON.
 type Result struct {
 	Mode      string  `json:"mode"`
+	H2C       string  `json:"h2c,omitempty"`
 	Pages     int     `json:"pages"`
 	Inflight  int     `json:"inflight"`
 	Warmup    int     `json:"warmup"`
@@ -186,8 +193,16 @@ func (r *runner) agentErr(kind string) {
 	r.mu.Unlock()
 }
 
-func newTransport(n int) *http.Transport {
+// newTransport is a pool of n connections; with h2c it speaks only HTTP/2 with prior knowledge
+// (a new connection is dialled when one's stream limit is reached).
+func newTransport(n int, h2c bool) *http.Transport {
+	var protos *http.Protocols
+	if h2c {
+		protos = new(http.Protocols)
+		protos.SetUnencryptedHTTP2(true)
+	}
 	return &http.Transport{
+		Protocols:           protos,
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        n,
@@ -226,8 +241,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.agentPath = "/apps/" + url.PathEscape(cfg.AppID) + "/toolmark/calls"
 	r.agentURL = "http://" + r.hostPort + cfg.Path + r.agentPath
 	posters := cfg.Inflight // one per call in flight, so the think time never queues
-	r.agentHTTP = &http.Client{Transport: newTransport(cfg.Inflight + 16), Timeout: cfg.CallTimeout + 10*time.Second}
-	r.pageClient = &http.Client{Transport: newTransport(posters + 64), Timeout: 30 * time.Second}
+	r.agentHTTP = &http.Client{Transport: newTransport(cfg.Inflight+16, cfg.H2C != ""), Timeout: cfg.CallTimeout + 10*time.Second}
+	r.pageClient = &http.Client{Transport: newTransport(posters+64, cfg.H2C == "all"), Timeout: 30 * time.Second}
 	defer r.agentHTTP.CloseIdleConnections()
 	defer r.pageClient.CloseIdleConnections()
 
@@ -487,7 +502,7 @@ func (r *runner) call(ctx context.Context, p *page, idx int64, body []byte) ([]b
 func (r *runner) summarize(agentRecs [][]agentRec, pageRecs [][]pageRec) *Result {
 	cfg := r.cfg
 	res := &Result{
-		Mode: "bridge", Pages: cfg.Pages, Inflight: cfg.Inflight,
+		Mode: "bridge", H2C: cfg.H2C, Pages: cfg.Pages, Inflight: cfg.Inflight,
 		ThinkMS:              float64(cfg.Think) / float64(time.Millisecond),
 		Jitter:               cfg.ThinkJitter,
 		Cancels:              r.cancels.Load(),

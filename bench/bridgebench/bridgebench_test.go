@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
@@ -43,7 +44,11 @@ func startServer(t *testing.T) int {
 	e := echo.New()
 	srv.Routes(e, "")
 	br.Register(e.Group(""), "")
-	ts := httptest.NewServer(e)
+	ts := httptest.NewUnstartedServer(e)
+	ts.Config.Protocols = new(http.Protocols) // as cmd/reverbgo's plain port: HTTP/1.1 and h2c
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	ts.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -86,6 +91,29 @@ func TestRunAgainstInProcessServer(t *testing.T) {
 	}
 	if res.ServerCPUS != -1 {
 		t.Fatalf("server CPU without --pid: %v", res.ServerCPUS)
+	}
+}
+
+// TestRunH2C runs the agent's calls, and then the pages' POSTs too, over HTTP/2 with prior
+// knowledge.
+func TestRunH2C(t *testing.T) {
+	port := startServer(t)
+	for _, mode := range []string{"agent", "all"} {
+		cfg := testConfig(port)
+		cfg.H2C = mode
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.OK != 30 || res.Errors != 0 || res.Correlated != 30 || res.H2C != mode {
+			t.Fatalf("h2c %s: ok %d errors %d correlated %d (%v %v %v)", mode, res.OK, res.Errors, res.Correlated,
+				res.ErrorKinds, res.PageErrorKinds, res.ErrorSamples)
+		}
+	}
+	cfg := testConfig(port)
+	cfg.H2C = "pages"
+	if _, err := Run(context.Background(), cfg); err == nil {
+		t.Fatal("an unknown --h2c mode was accepted")
 	}
 }
 

@@ -69,6 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Minute, "hard limit of the whole run")
 	fs.IntVar(&c.PID, "pid", 0, "server PID: CPU time from /proc/PID/stat")
 	fs.IntVar(&c.DialConcurrency, "dial-concurrency", 64, "page sockets set up at once")
+	fs.StringVar(&c.H2C, "h2c", "", `HTTP/2 cleartext (prior knowledge): "agent" for the agent's calls, "all" for the pages' POSTs too; "" = HTTP/1.1`)
 	quiet := fs.Bool("quiet", false, "no per-second progress lines")
 	cpuProfile := fs.String("cpuprofile", "", "write this tool's own CPU profile to the file (client-side costs)")
 	dump := fs.String("dump", "", "write one CSV line per measured, correlated call to the file (times in µs since start)")
@@ -88,8 +89,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Fprintf(stdout, "bridgebench: %d pages, %d calls in flight, %d calls (+%d warmup), think %v ±%.0f%%, server %s:%d\n",
-		c.Pages, c.Inflight, c.Calls, c.Warmup, c.Think, 100*c.ThinkJitter, c.Host, c.Port)
+	fmt.Fprintf(stdout, "bridgebench: %d pages, %d calls in flight, %d calls (+%d warmup), think %v ±%.0f%%, server %s:%d, h2c %q\n",
+		c.Pages, c.Inflight, c.Calls, c.Warmup, c.Think, 100*c.ThinkJitter, c.Host, c.Port, c.H2C)
 	perConv := (c.Inflight + c.Pages - 1) / c.Pages
 	fmt.Fprintf(stdout, "limits (bridge defaults): results <= %d/s (pages × %d/s per socket, burst %d), calls <= %d/s (pages × %d/s per conversation), %d in flight per conversation (max %d)\n",
 		c.Pages*defPageRate, defPageRate, defPageBurst, c.Pages*defCallRate, defCallRate, perConv, defMaxInFlight)

@@ -5,6 +5,8 @@
 #
 #   bench/bridgebench/run.sh                 # all scenarios, 3 rounds
 #   ROUNDS=1 SCENARIOS="sat lat1s" bench/bridgebench/run.sh
+#   SCENARIOS="sat sat-h2c sat-h2call lat1s lat1s-h2c" bench/bridgebench/run.sh   # HTTP/1.1 vs h2c
+#   TRACE="lat1s" bench/bridgebench/run.sh   # plus a 5 s runtime trace of the server in round 1
 #   PROFILE="sat satwarn" bench/bridgebench/run.sh   # plus a 10 s server CPU profile in round 1
 #
 # Needs taskset (util-linux) and a machine with at least 2 cores. Only loopback is used.
@@ -18,6 +20,7 @@ SCENARIOS=${SCENARIOS:-"sat satwarn target lat1s lat10s seq"}
 PORT=${PORT:-16421}
 DEBUG_ADDR=${DEBUG_ADDR:-127.0.0.1:16497}
 PROFILE=${PROFILE:-}
+TRACE=${TRACE:-}
 mkdir -p "$OUT"
 
 (cd "$repo" && go build -o "$OUT/rg-bridge" ./cmd/reverbgo && go build -o "$OUT/bridgebench" ./bench/bridgebench)
@@ -48,6 +51,11 @@ args_for() {
 	lat1s) echo "info --pages 1000 --inflight 1000 --think 1s --think-jitter 0.5 --calls 15000" ;;      # offers 1,000/s
 	lat10s) echo "info --pages 1000 --inflight 1000 --think 10s --think-jitter 0.5 --warmup 1000 --calls 2000" ;; # 100/s
 	seq) echo "info --pages 1000 --inflight 1 --warmup 200 --calls 8000" ;; # one call at a time: the floor
+	# The same over h2c: the agent's calls as HTTP/2 streams (pages still POST over HTTP/1.1,
+	# as a browser on plain HTTP does), and with the pages' POSTs over h2c too.
+	sat-h2c) echo "info --pages 1000 --inflight 1000 --calls 30000 --h2c agent" ;;
+	sat-h2call) echo "info --pages 1000 --inflight 1000 --calls 30000 --h2c all" ;;
+	lat1s-h2c) echo "info --pages 1000 --inflight 1000 --think 1s --think-jitter 0.5 --calls 15000 --h2c agent" ;;
 	*) echo "unknown scenario $1" >&2; return 1 ;;
 	esac
 }
@@ -87,6 +95,9 @@ for round in $(seq 1 "$ROUNDS"); do
 		for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 		if [[ " $PROFILE " == *" $sc "* ]] && [ "$round" = 1 ]; then
 			(sleep 6 && curl -s -o "$OUT/server-$sc.pprof" "http://$DEBUG_ADDR/debug/pprof/profile?seconds=10") &
+		fi
+		if [[ " $TRACE " == *" $sc "* ]] && [ "$round" = 1 ]; then
+			(sleep 8 && curl -s -o "$OUT/server-$sc.trace" "http://$DEBUG_ADDR/debug/pprof/trace?seconds=5") &
 		fi
 		echo "== round $round $sc (machine busy before: $busy cores)"
 		# shellcheck disable=SC2086
