@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -200,7 +201,8 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 	if err != nil {
 		return nil, Hints{}, err
 	}
-	if m == nil || !b.pageSubscribed(app.ID, key) {
+	channel := Channel(key.User, key.Conversation)
+	if m == nil || !b.channelSubscribed(app.ID, channel) {
 		au.reason = "no_page"
 		return errorResult("No page is connected"), Hints{}, nil
 	}
@@ -231,7 +233,6 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 	// Watch before publishing, so that even an instant answer wakes this waiter.
 	wake, release := b.store.Watch(au.id)
 	defer release()
-	channel := Channel(key.User, key.Conversation)
 	if err := b.pub.Publish(app.ID, channel, EventName, data); err != nil {
 		b.log.Error("toolmark publish failed", slog.String("app", app.ID), slog.String("call_id", au.id),
 			slog.String("error", err.Error()))
@@ -245,8 +246,8 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 		}
 		return res, hints, nil
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	timer := getTimer(timeout)
+	defer putTimer(timer)
 	select {
 	case <-wake:
 	case <-timer.C:
@@ -385,9 +386,32 @@ func (b *Bridge) handleMessages(c echo.Context, app *config.App, body []byte) er
 // socket must be subscribed to the conversation's channel; otherwise a stored manifest is
 // taken as a connected page.
 func (b *Bridge) pageSubscribed(appID string, key ConvKey) bool {
+	return b.channelSubscribed(appID, Channel(key.User, key.Conversation))
+}
+
+// channelSubscribed is pageSubscribed for the conversation's channel name.
+func (b *Bridge) channelSubscribed(appID, channel string) bool {
 	occ, ok := b.sockets.(Occupancy)
 	if !ok {
 		return true
 	}
-	return occ.Subscribed(appID, Channel(key.User, key.Conversation))
+	return occ.Subscribed(appID, channel)
+}
+
+// timers are the call waits' deadline timers, reused: each wait would otherwise allocate a
+// timer and its channel. Since Go 1.23 a stopped timer's channel holds no stale tick (this
+// module's go version selects those semantics), so Stop then Reset is safe.
+var timers sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }

@@ -1,9 +1,9 @@
 package bridge
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -183,16 +183,27 @@ func (b *Bridge) readBody(c echo.Context) ([]byte, error) {
 	if r.ContentLength > b.lim.MaxBody {
 		return nil, errBodyTooLarge
 	}
-	body := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 512), preallocBody)+bytes.MinRead))
-	_, err := body.ReadFrom(http.MaxBytesReader(c.Response().Writer, r.Body, b.lim.MaxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, errBodyTooLarge
+	// One allocation when Content-Length is announced and right: the buffer has one spare
+	// byte, so the read that reports EOF needs no growth.
+	buf := make([]byte, 0, min(max(r.ContentLength, 511), preallocBody)+1)
+	rd := http.MaxBytesReader(c.Response().Writer, r.Body, b.lim.MaxBody)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
 		}
-		return nil, err
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, errBodyTooLarge
+			}
+			return nil, err
+		}
 	}
-	return body.Bytes(), nil
 }
 
 // preallocBody is the most readBody allocates before the bytes arrive.

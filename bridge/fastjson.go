@@ -209,8 +209,10 @@ func (s *scanner) number() bool {
 }
 
 // members calls f for each member of the object at the scanner, with an unescaped key; it
-// fails on an escaped key (it might spell a known one) and on f returning false.
-func (s *scanner) members(f func(key string, val []byte) bool) bool {
+// fails on an escaped key (it might spell a known one) and on f returning false. The key is
+// the scanned bytes, not a string: converting it would allocate once per member, as it
+// escapes through f (callers switch on string(key), which does not allocate).
+func (s *scanner) members(f func(key, val []byte) bool) bool {
 	if !s.lit('{') {
 		return false
 	}
@@ -224,7 +226,7 @@ func (s *scanner) members(f func(key string, val []byte) bool) bool {
 				return false
 			}
 			v, ok := s.value()
-			if !ok || !f(string(k), v) {
+			if !ok || !f(k, v) {
 				return false
 			}
 			if s.lit(',') {
@@ -274,10 +276,10 @@ func fastDecodeResult(b []byte) (*PageMessage, bool) {
 	var seen uint8
 	var clientID, id string
 	var result []byte
-	ok := s.members(func(k string, v []byte) bool {
+	ok := s.members(func(k, v []byte) bool {
 		var bit uint8
 		var good bool
-		switch k {
+		switch string(k) {
 		case "protocol":
 			bit, good = 1, string(v) == "1"
 		case "type":
@@ -305,11 +307,11 @@ func fastDecodeResult(b []byte) (*PageMessage, bool) {
 	// The result object was validated by the scan above; read its members.
 	r := scanner{b: result, depth: 1}
 	var status, data []byte
-	if !r.members(func(k string, v []byte) bool {
+	if !r.members(func(k, v []byte) bool {
 		switch {
-		case k == "status" && status == nil:
+		case string(k) == "status" && status == nil:
 			status = v
-		case k == "data" && data == nil:
+		case string(k) == "data" && data == nil:
 			data = v
 		default:
 			return false
@@ -334,12 +336,12 @@ func fastDecodeResult(b []byte) (*PageMessage, bool) {
 // decodeCallRequest, whose result it must equal.
 func fastDecodeCallRequest(b []byte, callKind string, maxTimeout time.Duration) (*callRequest, bool) {
 	s := scanner{b: b}
-	req := &callRequest{Input: json.RawMessage("null")}
+	req := &callRequest{} // Input defaults to null below, only when absent (it costs an allocation)
 	var seen uint8
-	ok := s.members(func(k string, v []byte) bool {
+	ok := s.members(func(k, v []byte) bool {
 		var bit uint8
 		good := true
-		switch k {
+		switch string(k) {
 		case "user_id":
 			bit = 1
 			req.UserID, good = plainString(v)
@@ -356,7 +358,7 @@ func fastDecodeCallRequest(b []byte, callKind string, maxTimeout time.Duration) 
 			if callKind == KindDescribe {
 				return true
 			}
-			switch k {
+			switch string(k) {
 			case "input":
 				bit, req.Input = 8, v
 			case "rev":
@@ -389,6 +391,9 @@ func fastDecodeCallRequest(b []byte, callKind string, maxTimeout time.Duration) 
 	})
 	if !ok || seen&7 != 7 || !s.end() {
 		return nil, false
+	}
+	if req.Input == nil {
+		req.Input = json.RawMessage("null")
 	}
 	return req, true
 }
