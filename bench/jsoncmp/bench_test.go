@@ -48,3 +48,23 @@ func BenchmarkPage(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkCall(b *testing.B) {
+	impls := []struct {
+		name string
+		d    CallDecoder
+	}{{"ours", OursCall{}}, {"fastjson", &FastjsonCall{}}, {"sonic", SonicCall{}}, {"std", RefCall{}}}
+	for _, in := range CallInputs {
+		for _, im := range impls {
+			b.Run("in="+in.Name+"/impl="+im.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(in.Body)))
+				for b.Loop() {
+					if _, err := im.d.Decode(in.Body); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

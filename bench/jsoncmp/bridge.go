@@ -63,13 +63,23 @@ func guard(b []byte) bool {
 	return utf8.Valid(b) && bridge.CheckDepth(b, bridge.MaxDepth) == nil
 }
 
+// sonicGuard adds syntax: sonic does not validate what it skips or keeps raw (a long string
+// with a bad escape passes its SIMD skip), and sonic.Valid accepts bad escapes, so json.Valid.
+func sonicGuard(b []byte) bool { return guard(b) && json.Valid(b) }
+
 // SonicPage decodes the hot message with sonic into structs: keys case-sensitive and unknown
 // keys an error (the protocol's envelopes are strict), the last duplicate wins as in the
 // reference's member map, json.RawMessage keeps the values as sent.
 type SonicPage struct{}
 
-// sonicStrict validates strings (control characters) and copies them as encoding/json does.
-var sonicStrict = sonic.Config{CaseSensitive: true, DisallowUnknownFields: true, ValidateString: true, CopyString: true}.Froze()
+// sonicStrict is for the protocol's strict objects (unknown keys are an error).
+var sonicStrict = sonicConfig(true)
+
+// sonicConfig matches keys case-sensitively as the reference's member maps do, validates strings
+// (control characters) and copies them out of the input, as encoding/json does.
+func sonicConfig(disallowUnknown bool) sonic.API {
+	return sonic.Config{CaseSensitive: true, DisallowUnknownFields: disallowUnknown, ValidateString: true, CopyString: true}.Froze()
+}
 
 type sonicEnvelope struct {
 	Protocol json.RawMessage `json:"protocol"`
@@ -92,7 +102,7 @@ func (SonicPage) Decode(b []byte) (*bridge.PageMessage, error) {
 }
 
 func sonicFast(b []byte) (*bridge.PageMessage, bool) {
-	if !guard(b) {
+	if !sonicGuard(b) {
 		return nil, false
 	}
 	var e sonicEnvelope

@@ -87,10 +87,13 @@ func (StdPusher) Decode(b []byte) (Frame, error) { return reflectPusher(json.Unm
 // (case-insensitive keys, last duplicate wins, invalid UTF-8 in strings replaced). sonic also
 // replaces invalid UTF-8 inside a json.RawMessage, which encoding/json keeps as sent, so a
 // frame that is not valid UTF-8 goes to encoding/json (one utf8.Valid pass on every frame).
+// sonic does not validate what it skips (an unknown key's string with a bad escape such as
+// \0 is accepted when it is long enough for its SIMD skip; sonic.Valid accepts \0 too), so the
+// frame is validated first with json.Valid, as reverbgo's own fast path does.
 type SonicPusher struct{}
 
 func (SonicPusher) Decode(b []byte) (Frame, error) {
-	if !utf8.Valid(b) {
+	if !utf8.Valid(b) || !json.Valid(b) {
 		return reflectPusher(json.Unmarshal, b)
 	}
 	return reflectPusher(sonic.ConfigStd.Unmarshal, b)
