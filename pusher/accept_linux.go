@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // handshakeTimeout bounds how long a connection may take to send its request head, as
@@ -283,9 +285,9 @@ func (p *poller) headData(a *acceptor, fd int, h *handshake, data []byte) {
 		h.buf = append(h.buf, data...)
 		buf = h.buf
 	}
-	head, res := parseUpgradeHead(buf, a.prefix)
+	head, res := ws.ParseUpgradeHead(buf, a.prefix)
 	switch res {
-	case headIncomplete:
+	case ws.HeadIncomplete:
 		if h == nil {
 			ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)}
 			if unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
@@ -298,7 +300,7 @@ func (p *poller) headData(a *acceptor, fd int, h *handshake, data []byte) {
 		if len(h.buf) == 0 {
 			h.buf = append(make([]byte, 0, max(2*len(data), 512)), data...)
 		}
-	case headUpgrade:
+	case ws.HeadUpgrade:
 		if !p.upgrade(a, fd, h != nil, &head) {
 			p.fallback(a, fd, h, buf)
 		}
@@ -310,19 +312,19 @@ func (p *poller) headData(a *acceptor, fd int, h *handshake, data []byte) {
 // upgrade admits and upgrades the connection as ServeWS does. It reports false, having
 // changed nothing, when the connection must be refused: the slow path then refuses it
 // with the same close code after its own 101.
-func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *upgradeHead) bool {
+func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *ws.UpgradeHead) bool {
 	s := a.srv
-	app := s.appsKey[string(head.appKey)]
+	app := s.appsKey[string(head.Name)]
 	origin := ""
 	if app != nil && len(app.cfg.AllowedOrigins) > 0 {
-		origin = string(head.origin)
+		origin = string(head.Origin)
 	}
-	if s.admitRaw(app, origin, func() bool { return protocolSupportedRaw(head.query) }) != CloseNone {
+	if s.admitRaw(app, origin, func() bool { return protocolSupportedRaw(head.Query) }) != CloseNone {
 		return false
 	}
 	socketID := s.unusedSocketID()
 	out := append(p.out[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
-	out = appendAcceptKey(out, head.wsKey)
+	out = ws.AppendAcceptKey(out, head.Key)
 	out = append(out, "\r\n\r\n"...)
 	out = appendEstablished(out, socketID, app.cfg.ActivityTimeout)
 	p.out = out[:0]

@@ -56,6 +56,16 @@ func rawHead(t *testing.T, addr string, pieces ...string) (string, []byte, net.C
 	return head.String(), frame, nc
 }
 
+// goodHead is an upgrade as Go's WebSocket clients send it.
+const goodHead = "GET /app/app-key?protocol=7&client=js&version=8.4.0 HTTP/1.1\r\n" +
+	"Host: 127.0.0.1:6001\r\n" +
+	"User-Agent: Go-http-client/1.1\r\n" +
+	"Connection: Upgrade\r\n" +
+	"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
+	"Sec-WebSocket-Version: 13\r\n" +
+	"Upgrade: websocket\r\n" +
+	"\r\n"
+
 func wsHead(key string) string {
 	return strings.Replace(goodHead, "app-key", key, 1)
 }

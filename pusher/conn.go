@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // DefaultMaxQueueBytes bounds what may wait for one slow client before it is cut off.
@@ -76,9 +77,9 @@ type Conn struct {
 	rateCount  int
 
 	// Read by a poller (plain TCP on Linux) instead of readLoop: see poller_linux.go.
-	polled atomic.Bool // registered with a poller: only the poller may close the fd
-	fd     int32       // the socket's fd while polled (the poller's key)
-	rd     wsReader    // frame parser state, owned by the poller
+	polled atomic.Bool    // registered with a poller: only the poller may close the fd
+	fd     int32          // the socket's fd while polled (the poller's key)
+	rd     ws.FrameReader // frame parser state, owned by the poller
 
 	fdc fdConn // netConn and raw of a socket the fast listener upgraded (accept_linux.go)
 }
@@ -376,7 +377,7 @@ func (c *Conn) closeWith(reason CloseReason) {
 		f := errorFrame(reason.Code(), reason.Message())
 		c.queue = append(c.queue, f)
 	}
-	c.queue = append(c.queue, closeFrame(reason.Code(), reason.Message()))
+	c.queue = append(c.queue, ws.CloseFrame(reason.Code(), reason.Message()))
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)

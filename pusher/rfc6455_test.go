@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // wireConn is a hand-made client for the framing rules: it writes any bytes, in any
@@ -55,7 +56,7 @@ func dialWire(t *testing.T, ts *tserver, headers string) (*wireConn, *http.Respo
 		return nil, resp
 	}
 	w := &wireConn{nc: nc, br: br}
-	if f := w.next(t); f.op != opText || !strings.Contains(string(f.payload), "connection_established") {
+	if f := w.next(t); f.op != ws.OpText || !strings.Contains(string(f.payload), "connection_established") {
 		t.Fatalf("first frame %q", f.payload)
 	}
 	return w, resp
@@ -88,7 +89,7 @@ func (w *wireConn) closeCode(t *testing.T) int {
 	t.Helper()
 	for {
 		f := w.next(t)
-		if f.op != opClose {
+		if f.op != ws.OpClose {
 			continue
 		}
 		code := 1005
@@ -111,10 +112,10 @@ func (w *wireConn) awaitPong(t *testing.T, piece int, frames ...[]byte) {
 	}
 	for {
 		f := w.next(t)
-		if f.op == opClose {
+		if f.op == ws.OpClose {
 			t.Fatalf("closed: %x", f.payload)
 		}
-		if f.op == opText && strings.Contains(string(f.payload), "pusher:pong") {
+		if f.op == ws.OpText && strings.Contains(string(f.payload), "pusher:pong") {
 			return
 		}
 	}
@@ -145,22 +146,22 @@ func TestRFC6455Rules(t *testing.T) {
 		want   int
 	}{
 		{"invalid UTF-8", [][]byte{text(`{"event":"client-x","channel":"private-a","data":"` + "\xff" + `"}`)}, 1007},
-		{"invalid UTF-8 in a middle fragment", [][]byte{clientFrame(opText, []byte(`{"event":`), true), clientFrame(opContinuation, []byte("\xed\xa0\x80"), true)}, 1007},
-		{"code point cut at message end", [][]byte{clientFrame(opText, []byte(`"\xe2`), true), clientFrame(0x80|opContinuation, []byte("\x82"), true)}, 1007},
-		{"unmasked", [][]byte{clientFrame(0x80|opText, pingBytes, false)}, 1002},
-		{"RSV1", [][]byte{clientFrame(0xC0|opText, pingBytes, true)}, 1002},
-		{"RSV2", [][]byte{clientFrame(0xA0|opText, pingBytes, true)}, 1002},
+		{"invalid UTF-8 in a middle fragment", [][]byte{clientFrame(ws.OpText, []byte(`{"event":`), true), clientFrame(ws.OpContinuation, []byte("\xed\xa0\x80"), true)}, 1007},
+		{"code point cut at message end", [][]byte{clientFrame(ws.OpText, []byte(`"\xe2`), true), clientFrame(0x80|ws.OpContinuation, []byte("\x82"), true)}, 1007},
+		{"unmasked", [][]byte{clientFrame(0x80|ws.OpText, pingBytes, false)}, 1002},
+		{"RSV1", [][]byte{clientFrame(0xC0|ws.OpText, pingBytes, true)}, 1002},
+		{"RSV2", [][]byte{clientFrame(0xA0|ws.OpText, pingBytes, true)}, 1002},
 		{"reserved opcode 3", [][]byte{clientFrame(0x83, nil, true)}, 1002},
 		{"reserved control opcode 0xB", [][]byte{clientFrame(0x8B, nil, true)}, 1002},
-		{"control frame over 125 bytes", [][]byte{clientFrame(0x80|opPing, []byte(strings.Repeat("p", 126)), true)}, 1002},
-		{"fragmented ping", [][]byte{clientFrame(opPing, nil, true)}, 1002},
-		{"continuation without a start", [][]byte{clientFrame(0x80|opContinuation, pingBytes, true)}, 1002},
-		{"new start inside a fragmented message", [][]byte{clientFrame(opText, []byte("{"), true), text(ping)}, 1002},
-		{"close code 1005", [][]byte{clientFrame(0x80|opClose, closeBody(1005, ""), true)}, 1002},
-		{"close code 999", [][]byte{clientFrame(0x80|opClose, closeBody(999, ""), true)}, 1002},
-		{"close reason not UTF-8", [][]byte{clientFrame(0x80|opClose, closeBody(1000, "\xff"), true)}, 1002},
+		{"control frame over 125 bytes", [][]byte{clientFrame(0x80|ws.OpPing, []byte(strings.Repeat("p", 126)), true)}, 1002},
+		{"fragmented ping", [][]byte{clientFrame(ws.OpPing, nil, true)}, 1002},
+		{"continuation without a start", [][]byte{clientFrame(0x80|ws.OpContinuation, pingBytes, true)}, 1002},
+		{"new start inside a fragmented message", [][]byte{clientFrame(ws.OpText, []byte("{"), true), text(ping)}, 1002},
+		{"close code 1005", [][]byte{clientFrame(0x80|ws.OpClose, closeBody(1005, ""), true)}, 1002},
+		{"close code 999", [][]byte{clientFrame(0x80|ws.OpClose, closeBody(999, ""), true)}, 1002},
+		{"close reason not UTF-8", [][]byte{clientFrame(0x80|ws.OpClose, closeBody(1000, "\xff"), true)}, 1002},
 		{"header announcing too much", [][]byte{{0x81, 0xFF, 0, 0, 0, 0, 0x40, 0, 0, 0, 1, 2, 3, 4}}, 1009},
-		{"fragments over the limit", [][]byte{clientFrame(opText, []byte(strings.Repeat(" ", 600)), true), clientFrame(0x80|opContinuation, []byte(strings.Repeat(" ", 600)), true)}, 1009},
+		{"fragments over the limit", [][]byte{clientFrame(ws.OpText, []byte(strings.Repeat(" ", 600)), true), clientFrame(0x80|ws.OpContinuation, []byte(strings.Repeat(" ", 600)), true)}, 1009},
 	}
 	transports(t, func(t *testing.T, ts *tserver) {
 		for _, v := range violations {
@@ -183,14 +184,14 @@ func TestRFC6455Rules(t *testing.T) {
 			split := []byte(`{"event":"pusher:ping","data":{"s":"h€😀"}}`)
 			cut := strings.Index(string(split), "€") + 1 // inside the euro sign
 			w.awaitPong(t, 1,
-				clientFrame(opText, split[:cut], true),
-				clientFrame(0x80|opPing, []byte("mid"), true),
-				clientFrame(0x80|opContinuation, split[cut:], true))
-			w.awaitPong(t, 1, clientFrame(0x80|opText, []byte(`{"event":"pusher:ping","data":{"x":"`+strings.Repeat("\u00e9", 400)+`"}}`), true))
+				clientFrame(ws.OpText, split[:cut], true),
+				clientFrame(0x80|ws.OpPing, []byte("mid"), true),
+				clientFrame(0x80|ws.OpContinuation, split[cut:], true))
+			w.awaitPong(t, 1, clientFrame(0x80|ws.OpText, []byte(`{"event":"pusher:ping","data":{"x":"`+strings.Repeat("\u00e9", 400)+`"}}`), true))
 		})
 		t.Run("close handshake", func(t *testing.T) {
 			w, _ := dialWire(t, ts, "")
-			w.write(t, clientFrame(0x80|opClose, closeBody(1000, "bye"), true), 1)
+			w.write(t, clientFrame(0x80|ws.OpClose, closeBody(1000, "bye"), true), 1)
 			if got := w.closeCode(t); got != 1000 {
 				t.Fatalf("close answered with %d", got)
 			}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // serverFrame is one frame as a strict client reads it.
@@ -38,7 +39,7 @@ func readServerFrame(r *bufio.Reader) (serverFrame, error) {
 	}
 	op := h[0] & 0x0F
 	switch op {
-	case opText, opClose, opPing, opPong:
+	case ws.OpText, ws.OpClose, ws.OpPing, ws.OpPong:
 	default:
 		return serverFrame{}, fmt.Errorf("bad opcode %#x", op)
 	}
@@ -57,7 +58,7 @@ func readServerFrame(r *bufio.Reader) (serverFrame, error) {
 		}
 		n = binary.BigEndian.Uint64(b[:])
 	}
-	if n > 64<<20 || (op >= opClose && n > maxControlPayload) {
+	if n > 64<<20 || (op >= ws.OpClose && n > ws.MaxControlPayload) {
 		return serverFrame{}, fmt.Errorf("bad length %d for opcode %#x", n, op)
 	}
 	p := make([]byte, n)
@@ -129,7 +130,7 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 				mu.Unlock()
 				return
 			}
-			if f.op != opText {
+			if f.op != ws.OpText {
 				continue
 			}
 			var ev struct {
@@ -306,7 +307,7 @@ func TestWriteBarrierOrder(t *testing.T) {
 			var got []string
 			for _, b := range c.queue {
 				switch {
-				case len(b) > 0 && b[0] == 0x80|opClose:
+				case len(b) > 0 && b[0] == 0x80|ws.OpClose:
 					got = append(got, "close")
 				case bytes.Contains(b, []byte("pusher:error")):
 					got = append(got, "pusher:error")
@@ -366,15 +367,15 @@ func TestWriteQueueCloseDuringPartialWriteAndBarrier(t *testing.T) {
 	for {
 		f, err := readServerFrame(br)
 		if err != nil {
-			if last.op != opClose {
+			if last.op != ws.OpClose {
 				t.Fatalf("stream ended without a close frame (last opcode %#x, %d subscribes answered): %v", last.op, succeeded, err)
 			}
 			break
 		}
-		if last.op == opClose {
+		if last.op == ws.OpClose {
 			t.Fatalf("frame after the close frame: %.80q", f.payload)
 		}
-		if f.op == opText {
+		if f.op == ws.OpText {
 			var ev struct {
 				Event string `json:"event"`
 			}

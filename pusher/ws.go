@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/reverbgo/reverbgo/origin"
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // ServeWS handles GET {path}/app/{key}. Refusals (unknown app, origin, quota) are sent after
@@ -33,8 +34,8 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 	app := s.appsKey[appKey]
 	if reason := s.admit(app, r); reason != CloseNone {
 		s.countRefused(app, reason)
-		if ws, err := s.upgrader.Upgrade(w, r, nil); err == nil {
-			s.refuse(ws, reason)
+		if wc, err := s.upgrader.Upgrade(w, r, nil); err == nil {
+			s.refuse(wc, reason)
 		}
 		return
 	}
@@ -43,12 +44,12 @@ func (s *Server) ServeWS(w http.ResponseWriter, r *http.Request, appKey string) 
 	socketID := s.unusedSocketID()
 	uw := &upgradeWriter{ResponseWriter: w}
 	uw.conn.first = EventFrame("pusher:connection_established", "", establishedData(socketID, app.cfg.ActivityTimeout))
-	ws, err := s.upgrader.Upgrade(uw, r, nil)
+	wc, err := s.upgrader.Upgrade(uw, r, nil)
 	if err != nil {
 		app.conns.Add(-1)
 		return // the upgrader already answered with an HTTP error or closed the socket
 	}
-	c := &Conn{srv: s, app: app, ws: ws, netConn: uw.conn.Conn, socketID: socketID, maxBytes: s.maxQueue, flushed: make(chan struct{})}
+	c := &Conn{srv: s, app: app, ws: wc, netConn: uw.conn.Conn, socketID: socketID, maxBytes: s.maxQueue, flushed: make(chan struct{})}
 	// A *net.TCPConn, or the fast listener's replayConn around one; never a *tls.Conn.
 	if sc, ok := c.netConn.(syscall.Conn); ok && haveWritev {
 		if rc, err := sc.SyscallConn(); err == nil {
@@ -132,15 +133,15 @@ func (s *Server) admitRaw(app *appState, origin string, protocolOK func() bool) 
 }
 
 // refuse sends pusher:error and a close frame, then waits briefly for the peer's close.
-func (s *Server) refuse(ws *websocket.Conn, reason CloseReason) {
-	nc := ws.NetConn()
-	frames := net.Buffers{errorFrame(reason.Code(), reason.Message()), closeFrame(reason.Code(), reason.Message())}
+func (s *Server) refuse(wc *websocket.Conn, reason CloseReason) {
+	nc := wc.NetConn()
+	frames := net.Buffers{errorFrame(reason.Code(), reason.Message()), ws.CloseFrame(reason.Code(), reason.Message())}
 	_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = frames.WriteTo(nc)
 	if tc, ok := nc.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 		_ = nc.SetReadDeadline(time.Now().Add(closeGrace))
-		_, _, _ = ws.ReadMessage()
+		_, _, _ = wc.ReadMessage()
 	}
 	_ = nc.Close()
 	s.log.Debug("connection refused", "reason", reason.String(), "code", reason.Code())
@@ -196,7 +197,7 @@ func (c *Conn) readLoop() {
 	c.ws.SetPingHandler(func(data string) error {
 		c.controlPings.Store(true)
 		c.touch()
-		c.Send(AppendFrame(nil, opPong, []byte(data)))
+		c.Send(ws.AppendFrame(nil, ws.OpPong, []byte(data)))
 		return nil
 	})
 	c.ws.SetPongHandler(func(string) error { c.touch(); return nil })
@@ -250,7 +251,7 @@ func (c *Conn) readMessage(dst []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var text utf8Stream
+	var text ws.UTF8Stream
 	for {
 		if len(dst) == cap(dst) {
 			dst = append(dst, 0)[:len(dst)]
@@ -259,7 +260,7 @@ func (c *Conn) readMessage(dst []byte) ([]byte, error) {
 		piece := dst[len(dst) : len(dst)+n]
 		dst = dst[:len(dst)+n]
 		final := errors.Is(err, io.EOF)
-		if op == websocket.TextMessage && !text.write(piece, final) {
+		if op == websocket.TextMessage && !text.Write(piece, final) {
 			return nil, errInvalidUTF8
 		}
 		if final {
@@ -275,18 +276,18 @@ func establishedData(socketID string, activityTimeout int) string {
 	return `{"socket_id":"` + socketID + `","activity_timeout":` + strconv.Itoa(activityTimeout) + `}`
 }
 
-// onFrame implements frameHandler for polled connections with readLoop's semantics: every
+// OnFrame implements ws.FrameHandler for polled connections with readLoop's semantics: every
 // frame is activity, every data message goes to handle, pings are answered in kind and a
 // close frame is answered through closeWith.
-func (c *Conn) onFrame(op byte, payload []byte) bool {
+func (c *Conn) OnFrame(op byte, payload []byte) bool {
 	c.touch()
 	switch op {
-	case opText, opBinary: // readLoop hands every data message to handle, binary too
+	case ws.OpText, ws.OpBinary: // readLoop hands every data message to handle, binary too
 		c.handle(payload)
-	case opPing:
+	case ws.OpPing:
 		c.controlPings.Store(true)
-		c.Send(AppendFrame(nil, opPong, payload))
-	case opClose:
+		c.Send(ws.AppendFrame(nil, ws.OpPong, payload))
+	case ws.OpClose:
 		c.mu.Lock()
 		replied := c.closing
 		c.mu.Unlock()
@@ -304,9 +305,9 @@ func (c *Conn) onFrame(op byte, payload []byte) bool {
 func (c *Conn) protocolError(code int) {
 	reason := CloseProtocolError
 	switch code {
-	case closeTooBig:
+	case ws.CloseTooBig:
 		reason = CloseMessageTooBig
-	case closeInvalidPayload:
+	case ws.CloseInvalidPayload:
 		reason = CloseInvalidPayload
 	}
 	c.closeWith(reason)
@@ -424,7 +425,7 @@ func (c *Conn) checkActivity(now int64) {
 	}
 	c.pingSentAt.Store(now)
 	if c.controlPings.Load() {
-		c.Send(AppendFrame(nil, opPing, nil))
+		c.Send(ws.AppendFrame(nil, ws.OpPing, nil))
 		return
 	}
 	c.Send(pingFrame)
@@ -434,7 +435,7 @@ func (c *Conn) checkActivity(now int64) {
 // as gorilla's own handshake checks read them.
 func headerHasToken(h http.Header, name, token string) bool {
 	for _, v := range h.Values(name) {
-		if tokenListContains([]byte(v), token) {
+		if ws.TokenListContains([]byte(v), token) {
 			return true
 		}
 	}

@@ -1,20 +1,20 @@
-package pusher
+package ws
 
 import "unicode/utf8"
 
-// utf8Stream validates a text message as UTF-8 piece by piece (RFC 6455 §8.1): a code
+// UTF8Stream validates a text message as UTF-8 piece by piece (RFC 6455 §8.1): a code
 // point may be split across fragments or reads, and an invalid sequence is reported in the
 // piece where it appears, not once the whole message has arrived. It carries at most the
 // three bytes of an incomplete code point between pieces.
-type utf8Stream struct {
+type UTF8Stream struct {
 	carry [utf8.UTFMax]byte
 	n     uint8
 }
 
-// write validates the next piece; final says the message ends with it. It reports false
+// Write validates the next piece; final says the message ends with it. It reports false
 // as soon as the bytes so far cannot be the prefix of valid UTF-8 (or, when final, are
 // not valid UTF-8).
-func (u *utf8Stream) write(p []byte, final bool) bool {
+func (u *UTF8Stream) Write(p []byte, final bool) bool {
 	if u.n > 0 {
 		for len(p) > 0 && !utf8.FullRune(u.carry[:u.n]) {
 			u.carry[u.n] = p[0]
@@ -55,6 +55,3 @@ func (u *utf8Stream) write(p []byte, final bool) bool {
 	}
 	return true
 }
-
-// reset forgets a carried partial code point (a message ended or was abandoned).
-func (u *utf8Stream) reset() { u.n = 0 }
