@@ -37,7 +37,8 @@ func queryProtocol(q []byte) string {
 	return ""
 }
 
-// protocolSupportedRaw is protocolSupported over a raw query.
+// protocolSupportedRaw accepts a missing protocol and any version from 5 up, read from a
+// raw query.
 func protocolSupportedRaw(q []byte) bool {
 	v := queryProtocol(q)
 	if v == "" {

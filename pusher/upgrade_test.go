@@ -3,6 +3,7 @@ package pusher
 import (
 	"bytes"
 	"net/url"
+	"strconv"
 	"testing"
 )
 
@@ -22,4 +23,8 @@ func TestQueryProtocol(t *testing.T) {
 			t.Errorf("%q: %q, want %q", q, got, v)
 		}
 	}
+}
+
+func establishedData(socketID string, activityTimeout int) string {
+	return `{"socket_id":"` + socketID + `","activity_timeout":` + strconv.Itoa(activityTimeout) + `}`
 }
