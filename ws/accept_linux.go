@@ -284,9 +284,9 @@ func (p *poller) headData(a *acceptor, fd int, h *handshake, data []byte) {
 		h.buf = append(h.buf, data...)
 		buf = h.buf
 	}
-	head, res := ParseUpgradeHead(buf, a.prefix)
+	head, res := parseUpgradeHead(buf, a.prefix)
 	switch res {
-	case HeadIncomplete:
+	case headIncomplete:
 		if h == nil {
 			ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)}
 			if unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
@@ -299,7 +299,7 @@ func (p *poller) headData(a *acceptor, fd int, h *handshake, data []byte) {
 		if len(h.buf) == 0 {
 			h.buf = append(make([]byte, 0, max(2*len(data), 512)), data...)
 		}
-	case HeadUpgrade:
+	case headUpgrade:
 		if !p.upgrade(a, fd, h != nil, &head) {
 			p.fallback(a, fd, h, buf)
 		}
@@ -311,12 +311,12 @@ func (p *poller) headData(a *acceptor, fd int, h *handshake, data []byte) {
 // upgrade asks the Handler and upgrades the connection as Upgrade does. It reports false,
 // having changed nothing, when the connection is refused: the portable path then asks
 // again and refuses it after its own 101.
-func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *UpgradeHead) bool {
+func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *upgradeHead) bool {
 	s := a.srv
 	req := &p.req // reused: a Request per connection would escape to the heap
 	*req = Request{Name: head.Name, Query: head.Query, Origin: head.Origin, Tentative: true}
 	out := append(p.out[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
-	out = AppendAcceptKey(out, head.Key)
+	out = appendAcceptKey(out, head.Key)
 	out = append(out, "\r\n\r\n"...)
 	d := s.handler.Accept(req, out)
 	*req = Request{}

@@ -72,7 +72,7 @@ type Conn struct {
 	// Read by a poller (plain TCP on Linux) instead of readLoop: see poller_linux.go.
 	polled atomic.Bool // registered with a poller: only the poller may close the fd
 	fd     int32       // the socket's fd while polled (the poller's key)
-	rd     FrameReader // frame parser state, owned by the poller
+	rd     frameReader // frame parser state, owned by the poller
 
 	fdc fdConn // netConn and raw of a socket the fast listener upgraded (accept_linux.go)
 }
@@ -412,11 +412,11 @@ func (c *Conn) cleanup() {
 	c.session.OnClose(cause)
 }
 
-// frames is Conn seen as the FrameHandler of its polled reader: every frame goes to the
+// frames is Conn seen as the frameHandler of its polled reader: every frame goes to the
 // Session; a ping is answered in kind and a close frame with a close of our own.
 type frames Conn
 
-func (f *frames) OnFrame(op byte, payload []byte) bool {
+func (f *frames) onFrame(op byte, payload []byte) bool {
 	c := (*Conn)(f)
 	c.session.OnFrame(op, payload)
 	switch op {

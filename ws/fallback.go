@@ -166,7 +166,7 @@ func (c *Conn) readMessage(dst []byte) (byte, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	var text UTF8Stream
+	var text utf8Stream
 	for {
 		if len(dst) == cap(dst) {
 			dst = append(dst, 0)[:len(dst)]
@@ -175,7 +175,7 @@ func (c *Conn) readMessage(dst []byte) (byte, []byte, error) {
 		piece := dst[len(dst) : len(dst)+n]
 		dst = dst[:len(dst)+n]
 		final := errors.Is(err, io.EOF)
-		if op == websocket.TextMessage && !text.Write(piece, final) {
+		if op == websocket.TextMessage && !text.write(piece, final) {
 			return 0, nil, errInvalidUTF8
 		}
 		if final {
@@ -191,7 +191,7 @@ func (c *Conn) readMessage(dst []byte) (byte, []byte, error) {
 // as gorilla's own handshake checks read them.
 func headerHasToken(h http.Header, name, token string) bool {
 	for _, v := range h.Values(name) {
-		if TokenListContains([]byte(v), token) {
+		if tokenListContains([]byte(v), token) {
 			return true
 		}
 	}

@@ -6,53 +6,53 @@ import (
 	"encoding/base64"
 )
 
-// MaxUpgradeHead bounds the request head the fast path reads itself; a longer one (legal
+// maxUpgradeHead bounds the request head the fast path reads itself; a longer one (legal
 // up to net/http's 1 MB) is handed to net/http with the bytes read so far.
-const MaxUpgradeHead = 8 << 10
+const maxUpgradeHead = 8 << 10
 
-// HeadResult is what ParseUpgradeHead made of the bytes received so far.
-type HeadResult uint8
+// headResult is what parseUpgradeHead made of the bytes received so far.
+type headResult uint8
 
 const (
-	HeadIncomplete HeadResult = iota // no end of head yet and nothing disqualifying
-	HeadUpgrade                      // a complete WebSocket upgrade the fast path handles
-	HeadOther                        // anything else: net/http must see the bytes
+	headIncomplete headResult = iota // no end of head yet and nothing disqualifying
+	headUpgrade                      // a complete WebSocket upgrade the fast path handles
+	headOther                        // anything else: net/http must see the bytes
 )
 
-// UpgradeHead is a parsed GET {prefix}{name} upgrade; the slices point into the buffer
-// given to ParseUpgradeHead.
-type UpgradeHead struct {
-	Name   []byte // the path's last segment, after prefix (the Pusher app key)
+// upgradeHead is a parsed GET {prefix}{name} upgrade; the slices point into the buffer
+// given to parseUpgradeHead.
+type upgradeHead struct {
+	Name   []byte // the path's last segment, after prefix
 	Query  []byte // raw query without '?', nil if none
 	Origin []byte // nil if no Origin header
 	Key    []byte // Sec-WebSocket-Key, trimmed
 }
 
-// ParseUpgradeHead recognises the one request the fast path serves: a GET of
+// parseUpgradeHead recognises the one request the fast path serves: a GET of
 // {prefix}{name} where name is one segment of unreserved characters. It is deliberately
 // narrower than net/http: whatever it is not certain net/http, echo and gorilla would
 // answer with a 101 (odd characters, duplicated or folded headers, a body, bytes after the
-// head, bare LF line ends, HTTP/1.0, percent-escapes in the path) is HeadOther, so that
+// head, bare LF line ends, HTTP/1.0, percent-escapes in the path) is headOther, so that
 // those answer it exactly as before.
-func ParseUpgradeHead(b []byte, prefix string) (UpgradeHead, HeadResult) {
-	var h UpgradeHead
+func parseUpgradeHead(b []byte, prefix string) (upgradeHead, headResult) {
+	var h upgradeHead
 	if hasBareLF(b) {
-		return h, HeadOther // net/http accepts bare LF; we would wait for CRLFCRLF forever
+		return h, headOther // net/http accepts bare LF; we would wait for CRLFCRLF forever
 	}
 	end := bytes.Index(b, []byte("\r\n\r\n"))
 	if end < 0 {
-		if len(b) >= MaxUpgradeHead || (len(b) >= 4 && string(b[:4]) != "GET ") {
-			return h, HeadOther // API requests, /up: no need to wait for their whole head
+		if len(b) >= maxUpgradeHead || (len(b) >= 4 && string(b[:4]) != "GET ") {
+			return h, headOther // API requests, /up: no need to wait for their whole head
 		}
-		return h, HeadIncomplete
+		return h, headIncomplete
 	}
-	if end+4 != len(b) || end+4 > MaxUpgradeHead {
-		return h, HeadOther // pipelined bytes: gorilla refuses them, let it
+	if end+4 != len(b) || end+4 > maxUpgradeHead {
+		return h, headOther // pipelined bytes: gorilla refuses them, let it
 	}
 	lines := b[:end+2] // every line, each ending in CRLF
 	eol := bytes.Index(lines, []byte("\r\n"))
 	if !parseRequestLine(&h, lines[:eol], prefix) {
-		return h, HeadOther
+		return h, headOther
 	}
 	var hosts, upgrades, conns, versions, keys, origins int
 	for rest := lines[eol+2:]; len(rest) > 0; {
@@ -61,17 +61,17 @@ func ParseUpgradeHead(b []byte, prefix string) (UpgradeHead, HeadResult) {
 		rest = rest[eol+2:]
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 {
-			return h, HeadOther // also catches obs-fold continuation lines
+			return h, headOther // also catches obs-fold continuation lines
 		}
 		name, value := line[:colon], trimOWS(line[colon+1:])
 		for _, c := range name {
 			if !isTokenByte(c) {
-				return h, HeadOther
+				return h, headOther
 			}
 		}
 		for _, c := range value {
 			if (c < ' ' && c != '\t') || c == 0x7f {
-				return h, HeadOther
+				return h, headOther
 			}
 		}
 		switch {
@@ -79,32 +79,32 @@ func ParseUpgradeHead(b []byte, prefix string) (UpgradeHead, HeadResult) {
 			hosts++
 			for _, c := range value {
 				if !isHostByte(c) {
-					return h, HeadOther
+					return h, headOther
 				}
 			}
 		case asciiEqualFold(name, "upgrade"):
 			upgrades++
-			if !TokenListContains(value, "websocket") {
-				return h, HeadOther
+			if !tokenListContains(value, "websocket") {
+				return h, headOther
 			}
 		case asciiEqualFold(name, "connection"):
 			conns++
-			if !TokenListContains(value, "upgrade") {
-				return h, HeadOther
+			if !tokenListContains(value, "upgrade") {
+				return h, headOther
 			}
 		case asciiEqualFold(name, "sec-websocket-version"):
 			versions++
-			if !TokenListContains(value, "13") {
-				return h, HeadOther
+			if !tokenListContains(value, "13") {
+				return h, headOther
 			}
 		case asciiEqualFold(name, "sec-websocket-key"):
 			keys++
 			var raw [18]byte
 			if len(value) != 24 {
-				return h, HeadOther
+				return h, headOther
 			}
 			if n, err := base64.StdEncoding.Decode(raw[:], value); err != nil || n != 16 {
-				return h, HeadOther
+				return h, headOther
 			}
 			h.Key = value
 		case asciiEqualFold(name, "origin"):
@@ -112,18 +112,18 @@ func ParseUpgradeHead(b []byte, prefix string) (UpgradeHead, HeadResult) {
 			h.Origin = value
 		case asciiEqualFold(name, "content-length"), asciiEqualFold(name, "transfer-encoding"),
 			asciiEqualFold(name, "expect"):
-			return h, HeadOther
+			return h, headOther
 		}
 	}
 	if hosts != 1 || upgrades != 1 || conns != 1 || versions != 1 || keys != 1 || origins > 1 {
-		return h, HeadOther
+		return h, headOther
 	}
-	return h, HeadUpgrade
+	return h, headUpgrade
 }
 
 // parseRequestLine accepts exactly "GET {prefix}{name}[?query] HTTP/1.1" with a name of
 // unreserved characters (so net/http's router and the handler see the same bytes).
-func parseRequestLine(h *UpgradeHead, line []byte, prefix string) bool {
+func parseRequestLine(h *upgradeHead, line []byte, prefix string) bool {
 	const method, proto = "GET ", " HTTP/1.1"
 	if len(line) < len(method)+len(proto) || !bytes.HasPrefix(line, []byte(method)) || !bytes.HasSuffix(line, []byte(proto)) {
 		return false
@@ -154,9 +154,9 @@ func parseRequestLine(h *UpgradeHead, line []byte, prefix string) bool {
 	return true
 }
 
-// TokenListContains ports gorilla's TokenListContainsValue for one header line, so the
+// tokenListContains ports gorilla's TokenListContainsValue for one header line, so the
 // fast path accepts exactly the Connection, Upgrade and version values gorilla accepts.
-func TokenListContains(s []byte, value string) bool {
+func tokenListContains(s []byte, value string) bool {
 	for {
 		s = skipOWS(s)
 		i := 0
@@ -181,9 +181,9 @@ func TokenListContains(s []byte, value string) bool {
 	}
 }
 
-// AppendAcceptKey appends Sec-WebSocket-Accept for key (RFC 6455 §4.2.2) without
+// appendAcceptKey appends Sec-WebSocket-Accept for key (RFC 6455 §4.2.2) without
 // allocating.
-func AppendAcceptKey(dst, key []byte) []byte {
+func appendAcceptKey(dst, key []byte) []byte {
 	const guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 	var in [24 + len(guid)]byte
 	n := copy(in[:], key)

@@ -21,57 +21,57 @@ const goodHead = "GET /app/app-key?protocol=7&client=js&version=8.4.0 HTTP/1.1\r
 
 // parseHead parses with the route the tests use, {mount}/app/{name} (a Pusher-shaped path;
 // the parser itself takes any prefix).
-func parseHead(b []byte, mount string) (UpgradeHead, HeadResult) {
-	return ParseUpgradeHead(b, mount+"/app/")
+func parseHead(b []byte, mount string) (upgradeHead, headResult) {
+	return parseUpgradeHead(b, mount+"/app/")
 }
 
 func TestParseUpgradeHead(t *testing.T) {
 	repl := func(old, new string) string { return strings.Replace(goodHead, old, new, 1) }
 	cases := []struct {
 		name, head, prefix string
-		want               HeadResult
+		want               headResult
 	}{
-		{"good", goodHead, "", HeadUpgrade},
-		{"prefix", repl("GET /app/", "GET /reverb/app/"), "/reverb", HeadUpgrade},
-		{"prefix missing", goodHead, "/reverb", HeadOther},
-		{"no query", repl("?protocol=7&client=js&version=8.4.0", ""), "", HeadUpgrade},
-		{"lower-case names, token lists", repl("Connection: Upgrade", "connection: keep-alive, Upgrade"), "", HeadUpgrade},
-		{"deflate offer ignored", repl("\r\n\r\n", "\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n"), "", HeadUpgrade},
-		{"origin", repl("\r\n\r\n", "\r\nOrigin: https://example.com\r\n\r\n"), "", HeadUpgrade},
-		{"incomplete", goodHead[:len(goodHead)-2], "", HeadIncomplete},
-		{"request line only", "GET /app/k", "", HeadIncomplete},
-		{"POST", repl("GET ", "POST "), "", HeadOther},
-		{"api", "GET /apps/1/channels HTTP/1.1\r\nHost: x\r\n\r\n", "", HeadOther},
-		{"up", "GET /up HTTP/1.1\r\nHost: x\r\n\r\n", "", HeadOther},
-		{"HTTP/1.0", repl("HTTP/1.1", "HTTP/1.0"), "", HeadOther},
-		{"escaped key", repl("app-key", "app%2Dkey"), "", HeadOther},
-		{"empty key", repl("/app/app-key", "/app/"), "", HeadOther},
-		{"key with slash", repl("app-key", "app/key"), "", HeadOther},
-		{"absolute form", repl("GET /app/", "GET http://h/app/"), "", HeadOther},
-		{"pipelined", goodHead + "\x81\x80", "", HeadOther},
-		{"bare LF", strings.ReplaceAll(goodHead, "\r\n", "\n"), "", HeadOther},
-		{"bare LF partial", "GET /app/k HTTP/1.1\nHost: x\n", "", HeadOther},
-		{"no upgrade", repl("Upgrade: websocket\r\n", ""), "", HeadOther},
-		{"upgrade h2c", repl("Upgrade: websocket", "Upgrade: h2c"), "", HeadOther},
-		{"no connection upgrade", repl("Connection: Upgrade", "Connection: keep-alive"), "", HeadOther},
-		{"gorilla token rule", repl("Connection: Upgrade", "Connection: foo bar, Upgrade"), "", HeadOther},
-		{"version 8", repl("Version: 13", "Version: 8"), "", HeadOther},
-		{"no key", repl("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", ""), "", HeadOther},
-		{"short key", repl("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZQ=="), "", HeadOther},
-		{"bad base64 key", repl("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZ!="), "", HeadOther},
-		{"no host", repl("Host: 127.0.0.1:6001\r\n", ""), "", HeadOther},
-		{"two hosts", repl("Host: 127.0.0.1:6001\r\n", "Host: a\r\nHost: b\r\n"), "", HeadOther},
-		{"two keys", repl("Upgrade: websocket\r\n", "Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"), "", HeadOther},
-		{"two origins", repl("\r\n\r\n", "\r\nOrigin: a\r\nOrigin: b\r\n\r\n"), "", HeadOther},
-		{"body", repl("\r\n\r\n", "\r\nContent-Length: 0\r\n\r\n"), "", HeadOther},
-		{"chunked", repl("\r\n\r\n", "\r\nTransfer-Encoding: chunked\r\n\r\n"), "", HeadOther},
-		{"folded", repl("Upgrade: websocket\r\n", "Upgrade:\r\n websocket\r\n"), "", HeadOther},
-		{"space before colon", repl("Upgrade: websocket", "Upgrade : websocket"), "", HeadOther},
-		{"control in value", repl("Go-http-client/1.1", "Go\x01"), "", HeadOther},
-		{"odd host", repl("127.0.0.1:6001", "a b"), "", HeadOther},
-		{"fragment in query", repl("protocol=7", "protocol=7#x"), "", HeadOther},
-		{"oversize", strings.Replace(goodHead, "\r\n\r\n", "\r\nX-Pad: "+strings.Repeat("a", MaxUpgradeHead)+"\r\n\r\n", 1), "", HeadOther},
-		{"oversize incomplete", "GET /app/k HTTP/1.1\r\nX: " + strings.Repeat("a", MaxUpgradeHead), "", HeadOther},
+		{"good", goodHead, "", headUpgrade},
+		{"prefix", repl("GET /app/", "GET /reverb/app/"), "/reverb", headUpgrade},
+		{"prefix missing", goodHead, "/reverb", headOther},
+		{"no query", repl("?protocol=7&client=js&version=8.4.0", ""), "", headUpgrade},
+		{"lower-case names, token lists", repl("Connection: Upgrade", "connection: keep-alive, Upgrade"), "", headUpgrade},
+		{"deflate offer ignored", repl("\r\n\r\n", "\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n"), "", headUpgrade},
+		{"origin", repl("\r\n\r\n", "\r\nOrigin: https://example.com\r\n\r\n"), "", headUpgrade},
+		{"incomplete", goodHead[:len(goodHead)-2], "", headIncomplete},
+		{"request line only", "GET /app/k", "", headIncomplete},
+		{"POST", repl("GET ", "POST "), "", headOther},
+		{"api", "GET /apps/1/channels HTTP/1.1\r\nHost: x\r\n\r\n", "", headOther},
+		{"up", "GET /up HTTP/1.1\r\nHost: x\r\n\r\n", "", headOther},
+		{"HTTP/1.0", repl("HTTP/1.1", "HTTP/1.0"), "", headOther},
+		{"escaped key", repl("app-key", "app%2Dkey"), "", headOther},
+		{"empty key", repl("/app/app-key", "/app/"), "", headOther},
+		{"key with slash", repl("app-key", "app/key"), "", headOther},
+		{"absolute form", repl("GET /app/", "GET http://h/app/"), "", headOther},
+		{"pipelined", goodHead + "\x81\x80", "", headOther},
+		{"bare LF", strings.ReplaceAll(goodHead, "\r\n", "\n"), "", headOther},
+		{"bare LF partial", "GET /app/k HTTP/1.1\nHost: x\n", "", headOther},
+		{"no upgrade", repl("Upgrade: websocket\r\n", ""), "", headOther},
+		{"upgrade h2c", repl("Upgrade: websocket", "Upgrade: h2c"), "", headOther},
+		{"no connection upgrade", repl("Connection: Upgrade", "Connection: keep-alive"), "", headOther},
+		{"gorilla token rule", repl("Connection: Upgrade", "Connection: foo bar, Upgrade"), "", headOther},
+		{"version 8", repl("Version: 13", "Version: 8"), "", headOther},
+		{"no key", repl("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", ""), "", headOther},
+		{"short key", repl("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZQ=="), "", headOther},
+		{"bad base64 key", repl("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZ!="), "", headOther},
+		{"no host", repl("Host: 127.0.0.1:6001\r\n", ""), "", headOther},
+		{"two hosts", repl("Host: 127.0.0.1:6001\r\n", "Host: a\r\nHost: b\r\n"), "", headOther},
+		{"two keys", repl("Upgrade: websocket\r\n", "Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"), "", headOther},
+		{"two origins", repl("\r\n\r\n", "\r\nOrigin: a\r\nOrigin: b\r\n\r\n"), "", headOther},
+		{"body", repl("\r\n\r\n", "\r\nContent-Length: 0\r\n\r\n"), "", headOther},
+		{"chunked", repl("\r\n\r\n", "\r\nTransfer-Encoding: chunked\r\n\r\n"), "", headOther},
+		{"folded", repl("Upgrade: websocket\r\n", "Upgrade:\r\n websocket\r\n"), "", headOther},
+		{"space before colon", repl("Upgrade: websocket", "Upgrade : websocket"), "", headOther},
+		{"control in value", repl("Go-http-client/1.1", "Go\x01"), "", headOther},
+		{"odd host", repl("127.0.0.1:6001", "a b"), "", headOther},
+		{"fragment in query", repl("protocol=7", "protocol=7#x"), "", headOther},
+		{"oversize", strings.Replace(goodHead, "\r\n\r\n", "\r\nX-Pad: "+strings.Repeat("a", maxUpgradeHead)+"\r\n\r\n", 1), "", headOther},
+		{"oversize incomplete", "GET /app/k HTTP/1.1\r\nX: " + strings.Repeat("a", maxUpgradeHead), "", headOther},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestParseUpgradeHead(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("result %d, want %d", got, tc.want)
 			}
-			if got == HeadUpgrade {
+			if got == headUpgrade {
 				checkAgainstNetHTTP(t, []byte(tc.head), tc.prefix, h)
 			}
 		})
@@ -90,12 +90,12 @@ func TestParseUpgradeHead(t *testing.T) {
 // upgrade is taken for a whole one, and the whole is recognised however it arrived.
 func TestParseUpgradeHeadSplit(t *testing.T) {
 	for i := 0; i < len(goodHead); i++ {
-		if _, res := parseHead([]byte(goodHead[:i]), ""); res != HeadIncomplete {
+		if _, res := parseHead([]byte(goodHead[:i]), ""); res != headIncomplete {
 			t.Fatalf("prefix of %d bytes: result %d, want incomplete", i, res)
 		}
 	}
 	h, res := parseHead([]byte(goodHead), "")
-	if res != HeadUpgrade || string(h.Name) != "app-key" || string(h.Query) != "protocol=7&client=js&version=8.4.0" ||
+	if res != headUpgrade || string(h.Name) != "app-key" || string(h.Query) != "protocol=7&client=js&version=8.4.0" ||
 		string(h.Key) != "dGhlIHNhbXBsZSBub25jZQ==" || h.Origin != nil {
 		t.Fatalf("parsed %+v (%d)", h, res)
 	}
@@ -103,14 +103,14 @@ func TestParseUpgradeHeadSplit(t *testing.T) {
 
 func TestAcceptKey(t *testing.T) {
 	// RFC 6455 §1.3's example.
-	if got := string(AppendAcceptKey(nil, []byte("dGhlIHNhbXBsZSBub25jZQ=="))); got != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+	if got := string(appendAcceptKey(nil, []byte("dGhlIHNhbXBsZSBub25jZQ=="))); got != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
 		t.Fatalf("accept key %q", got)
 	}
 }
 
 // checkAgainstNetHTTP asserts that net/http parses an accepted head into the same request
 // gorilla would upgrade: GET, the route's path, the same key, query and Origin.
-func checkAgainstNetHTTP(t *testing.T, head []byte, prefix string, h UpgradeHead) {
+func checkAgainstNetHTTP(t *testing.T, head []byte, prefix string, h upgradeHead) {
 	t.Helper()
 	r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
 	if err != nil {
@@ -146,16 +146,16 @@ func FuzzUpgradeHead(f *testing.F) {
 			}
 		}
 		h, res := parseHead(head, prefix)
-		if res != HeadUpgrade {
+		if res != headUpgrade {
 			return
 		}
 		checkAgainstNetHTTP(t, head, prefix, h)
-		if len(head) > MaxUpgradeHead {
+		if len(head) > maxUpgradeHead {
 			t.Fatalf("accepted %d bytes", len(head))
 		}
 		// No proper prefix of an accepted head is complete.
 		for _, n := range []int{0, len(head) / 2, len(head) - 1} {
-			if _, r := parseHead(head[:n], prefix); r == HeadUpgrade {
+			if _, r := parseHead(head[:n], prefix); r == headUpgrade {
 				t.Fatalf("prefix of %d bytes accepted", n)
 			}
 		}

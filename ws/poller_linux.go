@@ -16,7 +16,7 @@ import (
 const pollReadSize = 16 << 10
 
 // poller reads plain-TCP client sockets without a goroutine per connection: one goroutine
-// waits on an epoll set and parses whatever arrives (FrameReader), so an idle connection holds
+// waits on an epoll set and parses whatever arrives (frameReader), so an idle connection holds
 // no stack and no read buffer.
 //
 // The set is level-triggered (EPOLLIN|EPOLLRDHUP) and each ready socket gets one read per
@@ -229,12 +229,12 @@ func (p *poller) read(c *Conn, events uint32) {
 	case rerr == unix.EAGAIN || n < 0:
 		return
 	}
-	switch res := c.rd.Feed(p.buf[:n], c.limit, (*frames)(c)); res {
+	switch res := c.rd.feed(p.buf[:n], c.limit, (*frames)(c)); res {
 	case 0:
 		if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && n < len(p.buf) {
 			p.end(c) // the peer half-closed and everything it sent was read
 		}
-	case FeedStop:
+	case feedStop:
 		p.end(c) // close frame: closeWith already queued the reply
 	default:
 		c.protocolError(res)
@@ -255,7 +255,7 @@ func (p *poller) end(c *Conn) {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	})
 	c.polled.Store(false)
-	c.rd = FrameReader{}
+	c.rd = frameReader{}
 	if c.mustAwaitFlush() {
 		go c.cleanup()
 		return

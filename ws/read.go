@@ -16,29 +16,29 @@ const (
 // MaxControlPayload is the largest payload of a control frame (RFC 6455 §5.5).
 const MaxControlPayload = 125
 
-// FeedStop is what Feed returns when the handler asked it to stop (after a close frame).
-const FeedStop = -1
+// feedStop is what feed returns when the handler asked it to stop (after a close frame).
+const feedStop = -1
 
-// FrameHandler receives what the parser decodes. payload is only valid during the call:
+// frameHandler receives what the parser decodes. payload is only valid during the call:
 // it points into the poller's read buffer or the connection's partial-frame buffer.
-type FrameHandler interface {
-	// OnFrame is called for every complete frame: with op text or binary and the whole
+type frameHandler interface {
+	// onFrame is called for every complete frame: with op text or binary and the whole
 	// message once the final fragment arrives, with OpContinuation and a nil payload for a
 	// non-final fragment (so the caller can record activity), and with each control frame.
 	// Returning false stops the parser (the connection is ending).
-	OnFrame(op byte, payload []byte) bool
+	onFrame(op byte, payload []byte) bool
 }
 
-// FrameReader parses RFC 6455 client-to-server frames from a byte stream delivered in
+// frameReader parses RFC 6455 client-to-server frames from a byte stream delivered in
 // arbitrary pieces. Between frames it holds no buffer: partial is allocated only while a
 // frame is split across reads and msg only while a fragmented message is incomplete, so
 // an idle connection costs nothing but this struct.
-type FrameReader struct {
+type frameReader struct {
 	partial []byte     // the bytes of the frame being received; nil between frames
 	msg     []byte     // payload of the fragmented message so far
 	msgOp   byte       // opcode of the fragmented message in progress, 0 if none
 	inMsg   bool       // a fragmented message is in progress
-	text    UTF8Stream // a fragmented text message's code point cut between fragments
+	text    utf8Stream // a fragmented text message's code point cut between fragments
 }
 
 // frameHeader is a decoded frame header.
@@ -67,7 +67,7 @@ func headerNeed(b []byte) int {
 
 // check validates the first two header bytes against the RFC and the parser's state; it
 // returns a close code or 0.
-func (r *FrameReader) check(b0, b1 byte) int {
+func (r *frameReader) check(b0, b1 byte) int {
 	if b0&0x70 != 0 { // RSV1-3: no extension is ever negotiated
 		return CloseProtocolError
 	}
@@ -96,7 +96,7 @@ func (r *FrameReader) check(b0, b1 byte) int {
 
 // parseHeader decodes a complete header (len(b) >= headerNeed(b)); it returns a close
 // code for an invalid one. limit bounds a data message's total payload (<= 0: no limit).
-func (r *FrameReader) parseHeader(b []byte, limit int) (frameHeader, int) {
+func (r *frameReader) parseHeader(b []byte, limit int) (frameHeader, int) {
 	var h frameHeader
 	if code := r.check(b[0], b[1]); code != 0 {
 		return h, code
@@ -128,12 +128,12 @@ func (r *FrameReader) parseHeader(b []byte, limit int) (frameHeader, int) {
 	return h, 0
 }
 
-// Feed parses data. It returns 0 when data was consumed (possibly leaving a partial frame
-// buffered), FeedStop when the handler stopped it, or a close code for a protocol
+// feed parses data. It returns 0 when data was consumed (possibly leaving a partial frame
+// buffered), feedStop when the handler stopped it, or a close code for a protocol
 // violation (1002), text that is not UTF-8 (1007) or an oversized message (1009, decided
 // from the header before the payload is buffered); after a non-zero result the
 // connection must end. data is unmasked in place.
-func (r *FrameReader) Feed(data []byte, limit int, h FrameHandler) int {
+func (r *frameReader) feed(data []byte, limit int, h frameHandler) int {
 	if r.partial != nil {
 		var res int
 		if data, res = r.feedPartial(data, limit, h); res != 0 || r.partial != nil {
@@ -170,7 +170,7 @@ func (r *FrameReader) Feed(data []byte, limit int, h FrameHandler) int {
 
 // feedPartial completes the buffered frame from data and returns what is left of data.
 // r.partial stays non-nil while the frame is still incomplete.
-func (r *FrameReader) feedPartial(data []byte, limit int, h FrameHandler) ([]byte, int) {
+func (r *frameReader) feedPartial(data []byte, limit int, h frameHandler) ([]byte, int) {
 	for {
 		need := headerNeed(r.partial)
 		if len(r.partial) >= need {
@@ -204,7 +204,7 @@ func (r *FrameReader) feedPartial(data []byte, limit int, h FrameHandler) ([]byt
 // frame handles one complete frame whose payload is still masked. Text is validated as
 // UTF-8 fragment by fragment, so an invalid byte ends the connection (1007) in the frame
 // that carries it, while a code point split between fragments is fine.
-func (r *FrameReader) frame(hdr frameHeader, payload []byte, h FrameHandler) int {
+func (r *frameReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
 	unmask(payload, hdr.mask)
 	op := hdr.op
 	switch {
@@ -213,7 +213,7 @@ func (r *FrameReader) frame(hdr frameHeader, payload []byte, h FrameHandler) int
 			return CloseProtocolError
 		}
 	case op == OpContinuation:
-		if r.msgOp == OpText && !r.text.Write(payload, hdr.fin) {
+		if r.msgOp == OpText && !r.text.write(payload, hdr.fin) {
 			return CloseInvalidPayload
 		}
 		r.msg = append(r.msg, payload...)
@@ -224,7 +224,7 @@ func (r *FrameReader) frame(hdr frameHeader, payload []byte, h FrameHandler) int
 		op, payload = r.msgOp, r.msg
 		r.msg, r.msgOp, r.inMsg = nil, 0, false
 	case !hdr.fin: // first fragment of a message
-		if op == OpText && !r.text.Write(payload, false) {
+		if op == OpText && !r.text.write(payload, false) {
 			return CloseInvalidPayload
 		}
 		r.msg = append(make([]byte, 0, 2*len(payload)+64), payload...)
@@ -235,8 +235,8 @@ func (r *FrameReader) frame(hdr frameHeader, payload []byte, h FrameHandler) int
 			return CloseInvalidPayload
 		}
 	}
-	if !h.OnFrame(op, payload) {
-		return FeedStop
+	if !h.onFrame(op, payload) {
+		return feedStop
 	}
 	return 0
 }

@@ -19,7 +19,7 @@ type parsedFrame struct {
 // connection does.
 type frameRecorder struct{ events []parsedFrame }
 
-func (r *frameRecorder) OnFrame(op byte, p []byte) bool {
+func (r *frameRecorder) onFrame(op byte, p []byte) bool {
 	r.events = append(r.events, parsedFrame{op, string(p)})
 	return op != OpClose
 }
@@ -59,7 +59,7 @@ func cat(frames ...[]byte) []byte { return bytes.Join(frames, nil) }
 // run feeds input in the given piece sizes (cycled; nil = all at once) and returns the
 // events and the first non-zero result.
 func run(input []byte, limit int, pieces []int) ([]parsedFrame, int) {
-	var r FrameReader
+	var r frameReader
 	rec := &frameRecorder{}
 	data := append([]byte(nil), input...) // feed unmasks in place
 	for i := 0; len(data) > 0; i++ {
@@ -67,7 +67,7 @@ func run(input []byte, limit int, pieces []int) ([]parsedFrame, int) {
 		if len(pieces) > 0 {
 			k = min(pieces[i%len(pieces)], len(data))
 		}
-		if res := r.Feed(data[:k], limit, rec); res != 0 {
+		if res := r.feed(data[:k], limit, rec); res != 0 {
 			return rec.events, res
 		}
 		data = data[k:]
@@ -97,8 +97,8 @@ func TestFrameParser(t *testing.T) {
 		{"ping inside fragments", cat(clientFrame(OpText, []byte("a"), true), clientFrame(0x80|OpPing, []byte("p"), true), clientFrame(0x80|OpContinuation, []byte("b"), true)), 0,
 			[]parsedFrame{{OpContinuation, ""}, {OpPing, "p"}, {OpText, "ab"}}, 0},
 		{"ping pong", cat(clientFrame(0x80|OpPing, []byte("hi"), true), clientFrame(0x80|OpPong, nil, true)), 0, []parsedFrame{{OpPing, "hi"}, {OpPong, ""}}, 0},
-		{"close stops", cat(clientFrame(0x80|OpClose, append(closeOK, "bye"...), true), text("after")), 0, []parsedFrame{{OpClose, "\x03\xe8bye"}}, FeedStop},
-		{"close without code", clientFrame(0x80|OpClose, nil, true), 0, []parsedFrame{{OpClose, ""}}, FeedStop},
+		{"close stops", cat(clientFrame(0x80|OpClose, append(closeOK, "bye"...), true), text("after")), 0, []parsedFrame{{OpClose, "\x03\xe8bye"}}, feedStop},
+		{"close without code", clientFrame(0x80|OpClose, nil, true), 0, []parsedFrame{{OpClose, ""}}, feedStop},
 		{"unmasked", clientFrame(0x80|OpText, []byte("a"), false), 0, nil, CloseProtocolError},
 		{"unmasked after good", cat(text("a"), clientFrame(0x80|OpText, []byte("b"), false)), 0, []parsedFrame{{OpText, "a"}}, CloseProtocolError},
 		{"rsv1", clientFrame(0xC0|OpText, []byte("a"), true), 0, nil, CloseProtocolError},
@@ -156,11 +156,11 @@ func TestFrameParser(t *testing.T) {
 
 // TestFrameParserIdleHoldsNothing checks that no buffer survives a completed frame.
 func TestFrameParserIdleHoldsNothing(t *testing.T) {
-	var r FrameReader
+	var r frameReader
 	rec := &frameRecorder{}
 	in := cat(clientFrame(OpText, []byte("ab"), true), clientFrame(0x80|OpContinuation, []byte("c"), true))
 	for i := range in {
-		if res := r.Feed(in[i:i+1], 0, rec); res != 0 {
+		if res := r.feed(in[i:i+1], 0, rec); res != 0 {
 			t.Fatal(res)
 		}
 	}
@@ -209,9 +209,9 @@ func FuzzFrameParser(f *testing.F) {
 		}
 		// Whatever came before, a parser that consumed everything without error holds no
 		// frame buffer once the input ends on a frame boundary it has handled.
-		var r FrameReader
+		var r frameReader
 		data := append([]byte(nil), in...)
-		if r.Feed(data, limit, &frameRecorder{}) == 0 && r.partial == nil && !r.inMsg && (r.msg != nil || r.text.n != 0) {
+		if r.feed(data, limit, &frameRecorder{}) == 0 && r.partial == nil && !r.inMsg && (r.msg != nil || r.text.n != 0) {
 			t.Fatalf("idle parser holds a message buffer: %+v", r)
 		}
 	})

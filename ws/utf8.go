@@ -2,19 +2,19 @@ package ws
 
 import "unicode/utf8"
 
-// UTF8Stream validates a text message as UTF-8 piece by piece (RFC 6455 §8.1): a code
+// utf8Stream validates a text message as UTF-8 piece by piece (RFC 6455 §8.1): a code
 // point may be split across fragments or reads, and an invalid sequence is reported in the
 // piece where it appears, not once the whole message has arrived. It carries at most the
 // three bytes of an incomplete code point between pieces.
-type UTF8Stream struct {
+type utf8Stream struct {
 	carry [utf8.UTFMax]byte
 	n     uint8
 }
 
-// Write validates the next piece; final says the message ends with it. It reports false
+// write validates the next piece; final says the message ends with it. It reports false
 // as soon as the bytes so far cannot be the prefix of valid UTF-8 (or, when final, are
 // not valid UTF-8).
-func (u *UTF8Stream) Write(p []byte, final bool) bool {
+func (u *utf8Stream) write(p []byte, final bool) bool {
 	if u.n > 0 {
 		for len(p) > 0 && !utf8.FullRune(u.carry[:u.n]) {
 			u.carry[u.n] = p[0]

@@ -40,10 +40,10 @@ func TestUTF8Stream(t *testing.T) {
 				}
 			}
 			check := func(cuts []int) {
-				var u UTF8Stream
+				var u utf8Stream
 				prev := 0
 				for i, c := range append(cuts, len(in)) {
-					ok := u.Write(in[prev:c], i == len(cuts))
+					ok := u.write(in[prev:c], i == len(cuts))
 					if !ok {
 						if want {
 							t.Fatalf("cuts %v: rejected valid input at piece %d", cuts, i)
@@ -98,14 +98,14 @@ func FuzzUTF8Stream(f *testing.F) {
 	f.Add([]byte("\xed\xa0\x80"), uint8(1))
 	f.Fuzz(func(t *testing.T, in []byte, piece uint8) {
 		size := int(piece%7) + 1
-		var u UTF8Stream
+		var u utf8Stream
 		ok := true
 		for i := 0; i < len(in) && ok; i += size {
 			end := min(i+size, len(in))
-			ok = u.Write(in[i:end], end == len(in))
+			ok = u.write(in[i:end], end == len(in))
 		}
 		if len(in) == 0 {
-			ok = u.Write(nil, true)
+			ok = u.write(nil, true)
 		}
 		if ok != utf8.Valid(in) {
 			t.Fatalf("pieces of %d: %v, utf8.Valid %v", size, ok, utf8.Valid(in))
