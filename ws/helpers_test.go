@@ -111,6 +111,12 @@ func newServer(t testing.TB, tr transport) *tserver {
 	t.Helper()
 	h := newEchoHandler()
 	s := NewServer(Options{Handler: h})
+	return &tserver{h: h, s: s, ts: newHTTPServer(t, s, tr), tls: tr == tlsTransport}
+}
+
+// newHTTPServer serves s on tr; the cleanup aborts what is left open and stops s.
+func newHTTPServer(t testing.TB, s *Server, tr transport) *httptest.Server {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /app/{name}", func(w http.ResponseWriter, r *http.Request) { s.Upgrade(w, r, r.PathValue("name")) })
 	mux.HandleFunc("GET /up", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "OK") })
@@ -125,13 +131,15 @@ func newServer(t testing.TB, tr transport) *tserver {
 		ts.Start()
 	}
 	t.Cleanup(func() {
-		for _, c := range h.conns() {
-			c.Abort()
+		if h, ok := s.handler.(*echoHandler); ok {
+			for _, c := range h.conns() {
+				c.Abort()
+			}
 		}
 		ts.Close()
 		s.Stop()
 	})
-	return &tserver{h: h, s: s, ts: ts, tls: tr == tlsTransport}
+	return ts
 }
 
 // transports runs fn over the poller path (plain TCP, with and without the fast listener)
