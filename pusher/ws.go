@@ -33,11 +33,11 @@ type wsHandler Server
 func (h *wsHandler) Accept(req *ws.Request, greeting []byte) ws.Decision {
 	s := (*Server)(h)
 	app := s.appsKey[string(req.Name)]
-	origin := ""
+	org := "" // converted only when an app has origins to check
 	if app != nil && len(app.cfg.AllowedOrigins) > 0 {
-		origin = string(req.Origin)
+		org = string(req.Origin)
 	}
-	if reason := s.admitRaw(app, origin, func() bool { return protocolSupportedRaw(req.Query) }); reason != CloseNone {
+	if reason := s.admitRaw(app, org, func() bool { return protocolSupportedRaw(req.Query) }); reason != CloseNone {
 		if req.Tentative {
 			return ws.Decision{}
 		}
