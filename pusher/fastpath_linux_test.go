@@ -130,6 +130,12 @@ func TestFastListenerFallbacks(t *testing.T) {
 			t.Errorf("%s: %q %q", tc.name, head, frame)
 		}
 	}
+	// The fast path's refusal is tentative: each refusal is counted once, by the portable
+	// path that sends it.
+	app := fast.s.appsKey[testKey]
+	if n, m := fast.s.stats.unknownRefused[CloseAppNotFound].Load(), app.stats.refused[CloseOriginNotAllowed].Load()+app.stats.refused[CloseUnsupportedProtocol].Load(); n != 1 || m != 2 {
+		t.Errorf("refusals counted: %d unknown app (want 1), %d origin+protocol (want 2)", n, m)
+	}
 	// A version the server does not speak gets ServeWS's 426 with the version it does.
 	head, frame, _ := rawHead(t, addr, strings.Replace(wsHead(testKey), "Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8", 1))
 	if _ = frame; !strings.HasPrefix(head, "HTTP/1.1 426 ") || !strings.Contains(head, "Sec-Websocket-Version: 13") {
