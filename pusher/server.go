@@ -1,5 +1,6 @@
 // Package pusher speaks the Pusher Channels wire protocol: the WebSocket endpoint and its
-// per-connection read and write loops, the event encoding, and the signed HTTP API.
+// per-connection read and write loops and the event encoding. The signed HTTP API is package
+// api's, over the small seam in apiseam.go.
 package pusher
 
 import (
