@@ -15,6 +15,14 @@ import (
 	"github.com/reverbgo/reverbgo/apisign"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/pusher"
+)
+
+// The Pusher server is the production implementation of every seam.
+var (
+	_ Publisher  = (*pusher.Server)(nil)
+	_ Info       = (*pusher.Server)(nil)
+	_ Terminator = (*pusher.Server)(nil)
 )
 
 // Publisher encodes and publishes events (*pusher.Server).
