@@ -1,6 +1,7 @@
 // Package pusher speaks the Pusher Channels wire protocol over the WebSocket transport of
-// package ws: connection state, client messages, subscriptions and presence, client
-// events, signin, the event encoding, close reasons, and the signed HTTP API.
+// package ws: connection state, client messages, subscriptions and presence, client events,
+// signin, the event encoding and close reasons. The signed HTTP API is package api's, over
+// the small seam in apiseam.go.
 package pusher
 
 import (
