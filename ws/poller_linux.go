@@ -1,0 +1,277 @@
+//go:build linux
+
+package ws
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pollReadSize is each poller's read buffer: one read per readiness event takes at most
+// this much, so one busy client cannot starve the others on its poller.
+const pollReadSize = 16 << 10
+
+// poller reads plain-TCP client sockets without a goroutine per connection: one goroutine
+// waits on an epoll set and parses whatever arrives (frameReader), so an idle connection holds
+// no stack and no read buffer.
+//
+// The set is level-triggered (EPOLLIN|EPOLLRDHUP) and each ready socket gets one read per
+// wait: with edge triggering every wake-up would need a second read that only returns
+// EAGAIN, the most common case here (a lone pusher:subscribe or pusher:ping), and a socket
+// with more than one buffer's worth pending would have to be drained before the next one
+// gets its turn. Level triggering simply reports it again on the next wait.
+//
+// Sessions (Session.OnFrame) run on the poller goroutine and must never block: they may
+// only touch in-memory state and queue frames; whatever may wait on the network runs on a
+// goroutine of the protocol's.
+type poller struct {
+	epfd   int
+	wakefd int // eventfd that interrupts EpollWait at shutdown
+	stop   <-chan struct{}
+	buf    []byte
+	events []unix.EpollEvent
+
+	mu    sync.Mutex
+	conns map[int32]*Conn // registered sockets by fd
+
+	// Fast accept (accept_linux.go); only the poller goroutine touches these but acc.
+	acc          atomic.Pointer[acceptor] // the listener in this epoll set, if any
+	hs           map[int32]*handshake     // accepted sockets whose head is incomplete
+	out          []byte                   // scratch for 101 responses
+	req          Request                  // scratch for the Handler's Accept
+	acceptPaused int64                    // unix nanoseconds to re-register the listener, 0 if not paused
+}
+
+// pollers are created on first use, so a server that only ever sees TLS never opens them.
+type pollerSet struct {
+	once sync.Once
+	all  []*poller
+	err  error
+	acc  atomic.Pointer[acceptor] // FastListener's, if any
+}
+
+// poller picks one for a new connection, starting them on first use (N = GOMAXPROCS).
+func (s *Server) poller() *poller {
+	ps := &s.pollers
+	ps.once.Do(func() {
+		n := runtime.GOMAXPROCS(0)
+		for range n {
+			p, err := newPoller(s.stop)
+			if err != nil {
+				ps.err = err
+				s.log.Warn("epoll unavailable, reading with a goroutine per connection", "error", err)
+				return
+			}
+			ps.all = append(ps.all, p)
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); p.run() }()
+		}
+	})
+	if ps.err != nil || len(ps.all) == 0 {
+		return nil
+	}
+	return ps.all[fastrandn(uint32(len(ps.all)))]
+}
+
+// stopPollers wakes every poller so it sees s.stop closed and exits.
+func (s *Server) stopPollers() {
+	s.pollers.once.Do(func() {}) // waits for a start in progress; none can follow
+	for _, p := range s.pollers.all {
+		var one = [8]byte{1}
+		_, _ = unix.Write(p.wakefd, one[:])
+	}
+	if a := s.pollers.acc.Load(); a != nil {
+		a.handOff() // keep answering (the Handler refuses while draining) until the listener is closed
+	}
+}
+
+func newPoller(stop <-chan struct{}) (*poller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(wakefd)
+		return nil, err
+	}
+	return &poller{
+		epfd: epfd, wakefd: wakefd, stop: stop,
+		buf:    make([]byte, pollReadSize),
+		events: make([]unix.EpollEvent, 256),
+		conns:  make(map[int32]*Conn),
+		hs:     make(map[int32]*handshake),
+		out:    make([]byte, 0, 512),
+	}, nil
+}
+
+// startReader hands c to a poller instead of a reader goroutine. It reports false (the
+// caller then starts readLoop) for TLS or when epoll is unavailable. The caller has queued
+// the greeting, so no reply to a client message can precede it.
+func (s *Server) startReader(c *Conn) bool {
+	if c.raw == nil {
+		return false
+	}
+	p := s.poller()
+	if p == nil {
+		return false
+	}
+	c.polled.Store(true) // from now on abort shuts the socket down instead of closing it
+	var addErr error
+	err := c.raw.Control(func(fd uintptr) {
+		c.fd = int32(fd)
+		p.mu.Lock()
+		p.conns[c.fd] = c
+		p.mu.Unlock()
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: c.fd}
+		if addErr = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); addErr != nil {
+			p.mu.Lock()
+			delete(p.conns, c.fd)
+			p.mu.Unlock()
+		}
+	})
+	if err != nil || addErr != nil {
+		// Closed by a concurrent abort before it was registered: end it here.
+		c.polled.Store(false)
+		go c.cleanup()
+	}
+	c.ws = nil // gorilla's Conn and its read buffer are not needed any more
+	return true
+}
+
+func (p *poller) run() {
+	defer func() {
+		_ = unix.Close(p.epfd)
+		_ = unix.Close(p.wakefd)
+		for fd := range p.hs {
+			_ = unix.Close(int(fd))
+		}
+	}()
+	var nextExpiry int64
+	for {
+		timeout := -1 // no handshake can time out and no accept is paused: sleep
+		if len(p.hs) > 0 || p.acceptPaused != 0 {
+			timeout = 100
+		}
+		n, err := unix.EpollWait(p.epfd, p.events, timeout)
+		if err != nil && err != unix.EINTR {
+			return
+		}
+		acc := p.acc.Load()
+		for i := range n {
+			ev := p.events[i]
+			if ev.Fd == int32(p.wakefd) {
+				select {
+				case <-p.stop:
+					return
+				default:
+				}
+				continue
+			}
+			if acc != nil && ev.Fd == int32(acc.fd) {
+				p.accept(acc)
+				continue
+			}
+			p.mu.Lock()
+			c := p.conns[ev.Fd]
+			p.mu.Unlock()
+			if c != nil {
+				p.read(c, ev.Events)
+			} else if h := p.hs[ev.Fd]; h != nil {
+				if acc == nil { // the listener closed: nobody would take it any more
+					delete(p.hs, ev.Fd)
+					_ = unix.Close(int(ev.Fd))
+					continue
+				}
+				p.handshakeRead(acc, int(ev.Fd), h)
+			}
+		}
+		if len(p.hs) > 0 || p.acceptPaused != 0 {
+			now := time.Now().UnixNano()
+			if p.acceptPaused != 0 && now >= p.acceptPaused {
+				p.resumeAccept()
+			}
+			if now >= nextExpiry {
+				p.expireHandshakes(now)
+				nextExpiry = now + int64(time.Second)
+			}
+		}
+	}
+}
+
+// read does one non-blocking read from a ready socket and parses it; end of stream, an
+// error or a protocol violation ends the connection.
+func (p *poller) read(c *Conn, events uint32) {
+	var n int
+	var rerr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), p.buf)
+			if rerr != unix.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil || (rerr != nil && rerr != unix.EAGAIN) || n == 0:
+		p.end(c)
+		return
+	case rerr == unix.EAGAIN || n < 0:
+		return
+	}
+	switch res := c.rd.feed(p.buf[:n], c.limit, (*frames)(c)); res {
+	case 0:
+		if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && n < len(p.buf) {
+			p.end(c) // the peer half-closed and everything it sent was read
+		}
+	case feedStop:
+		p.end(c) // close frame: closeWith already queued the reply
+	default:
+		c.protocolError(res)
+		p.end(c)
+	}
+}
+
+// end deregisters c before anything may close its fd, then runs the cleanup readLoop
+// runs on exit. A connection that is closing waits for its close frame to be written on
+// a goroutine of its own, never on the poller.
+func (p *poller) end(c *Conn) {
+	p.mu.Lock()
+	if p.conns[c.fd] == c {
+		delete(p.conns, c.fd)
+	}
+	p.mu.Unlock()
+	_ = c.raw.Control(func(fd uintptr) {
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	})
+	c.polled.Store(false)
+	c.rd = frameReader{}
+	if c.mustAwaitFlush() {
+		go c.cleanup()
+		return
+	}
+	c.cleanup()
+}
+
+// shutdownSocket stops the socket without closing its fd (how).
+func (c *Conn) shutdownSocket(how int) {
+	_ = c.raw.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), how) })
+}
+
+// dropPolled ends a polled connection from any goroutine: shutting both directions down
+// sends the peer a FIN and wakes the poller with end of stream, which deregisters the
+// socket and only then closes it (a closed fd number may be reused at once).
+func (c *Conn) dropPolled() { c.shutdownSocket(unix.SHUT_RDWR) }
+
+// endPolledRead makes the poller see end of stream: the close handshake's grace is over.
+func (c *Conn) endPolledRead() { c.shutdownSocket(unix.SHUT_RD) }
