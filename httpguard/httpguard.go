@@ -76,12 +76,12 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// still drain a small remainder, and that must not take longer than the body may.
 	defer s.release(false)
 	if r.Body != nil && r.Body != http.NoBody {
-		rc := http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(g.timeout)) == nil {
-			s.rc = rc
+		if http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.timeout)) == nil {
+			s.w = w
 		}
 		orig := r.Body
-		r.Body = &body{ReadCloser: orig, s: s}
+		s.ReadCloser = orig
+		r.Body = s
 		// net/http looks at the body's type after the handler to decide whether to drain an
 		// unread remainder before replying (only up to 256 KiB, and never for its own type
 		// when more is left): give it back its own.
@@ -90,33 +90,30 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// slot is one request's pending slot and body deadline, released once.
+// slot is one request's pending slot and body deadline, released once. It is also the
+// request's body while the handler runs (one allocation per request): reading it to its end
+// releases the slot.
 type slot struct {
-	g    *Guard
-	rc   *http.ResponseController
-	once sync.Once
+	io.ReadCloser // the request's own body; nil without one
+	g             *Guard
+	w             http.ResponseWriter // set when the body deadline was armed
+	once          sync.Once
 }
 
 func (s *slot) release(read bool) {
 	s.once.Do(func() {
 		s.g.pending.Add(-1)
-		if read && s.rc != nil {
+		if read && s.w != nil {
 			// The body is read: whatever the handler waits for now must not hit the deadline.
-			_ = s.rc.SetReadDeadline(time.Time{})
+			_ = http.NewResponseController(s.w).SetReadDeadline(time.Time{})
 		}
 	})
 }
 
-// body releases the slot when the body has been read to its end.
-type body struct {
-	io.ReadCloser
-	s *slot
-}
-
-func (b *body) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
+func (s *slot) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
 	if err == io.EOF {
-		b.s.release(true)
+		s.release(true)
 	}
 	return n, err
 }
