@@ -24,6 +24,24 @@ func HMACHex(secret string, msg []byte) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// hmacHexEqual reports, in constant time, whether sig is HMACHex(secret, msg): the same
+// comparison as Equal(sig, HMACHex(secret, msg)) without the hex string and its copies.
+func hmacHexEqual(secret string, msg []byte, sig string) bool {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(msg)
+	var sum [sha256.Size]byte
+	var want [2 * sha256.Size]byte
+	hex.Encode(want[:], m.Sum(sum[:0]))
+	if len(sig) != len(want) {
+		return false // only the length leaks, as with Equal
+	}
+	var diff byte
+	for i := range want {
+		diff |= sig[i] ^ want[i]
+	}
+	return subtle.ConstantTimeByteEq(diff, 0) == 1
+}
+
 // Equal reports whether a and b are equal without leaking, through timing, how long their
 // common prefix is; otherwise an attacker could recover a valid signature byte by byte. Only
 // the length may leak, and signature lengths are public.

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -92,11 +92,12 @@ func VerifyQuery(method, path string, query url.Values, key, secret string, now 
 		return reqErr("Timestamp expired: auth_timestamp %d is more than %d seconds from server time %d", ts, skew, nowS)
 	}
 
-	toSign, err := stringToSign(method, path, query)
+	var buf [512]byte
+	toSign, err := appendToSign(buf[:0], method, path, query)
 	if err != nil {
 		return err
 	}
-	if !Equal(query.Get(paramSignature), HMACHex(secret, []byte(toSign))) {
+	if !hmacHexEqual(secret, toSign, query.Get(paramSignature)) {
 		return reqErr("Invalid signature")
 	}
 	return nil
@@ -144,41 +145,56 @@ func SignRequest(method, path string, extra url.Values, body []byte, key, secret
 // stringToSign builds METHOD + "\n" + path + "\n" + sorted "k=v&..." as Pusher specifies.
 // The method is upper-cased because the spec and every SDK sign it upper-case.
 func stringToSign(method, path string, query url.Values) (string, error) {
-	lower := make(map[string]string, len(query))
-	seen := make(map[string]struct{}, len(query))
-	keys := make([]string, 0, len(query))
+	b, err := appendToSign(nil, method, path, query)
+	return string(b), err
+}
+
+// signPair is one query parameter of the string to sign: the lower-cased name and its first
+// value.
+type signPair struct{ k, v string }
+
+// appendToSign appends stringToSign's string to dst. It allocates nothing for a query of up
+// to a dozen parameters when dst has room: it runs on every signed request.
+func appendToSign(dst []byte, method, path string, query url.Values) ([]byte, error) {
+	var arr [12]signPair
+	pairs := arr[:0]
 	for k, v := range query {
-		lk := strings.ToLower(k)
-		if _, dup := seen[lk]; dup {
-			return "", reqErr("Duplicate query parameter: %s", lk)
-		}
-		seen[lk] = struct{}{}
-		if lk == paramSignature {
-			continue
-		}
 		first := ""
 		if len(v) > 0 {
 			first = v[0]
 		}
-		lower[lk] = first
-		keys = append(keys, lk)
+		pairs = append(pairs, signPair{strings.ToLower(k), first})
 	}
-	sort.Strings(keys)
-
-	var b strings.Builder
-	b.WriteString(strings.ToUpper(method))
-	b.WriteByte('\n')
-	b.WriteString(path)
-	b.WriteByte('\n')
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte('&')
+	slices.SortFunc(pairs, func(a, b signPair) int { return strings.Compare(a.k, b.k) })
+	for i := 1; i < len(pairs); i++ {
+		if pairs[i].k == pairs[i-1].k {
+			return nil, reqErr("Duplicate query parameter: %s", pairs[i].k)
 		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(lower[k])
 	}
-	return b.String(), nil
+	for i := 0; i < len(method); i++ {
+		c := method[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	dst = append(dst, '\n')
+	dst = append(dst, path...)
+	dst = append(dst, '\n')
+	first := true
+	for _, p := range pairs {
+		if p.k == paramSignature {
+			continue
+		}
+		if !first {
+			dst = append(dst, '&')
+		}
+		first = false
+		dst = append(dst, p.k...)
+		dst = append(dst, '=')
+		dst = append(dst, p.v...)
+	}
+	return dst, nil
 }
 
 // bodyMD5 is the lower-case hex MD5 Pusher uses to bind the body into the signed query.

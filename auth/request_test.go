@@ -201,3 +201,28 @@ func FuzzVerifyRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestHMACHexEqual: the allocation-free comparison answers exactly as Equal(sig, HMACHex(...)).
+func TestHMACHexEqual(t *testing.T) {
+	msg := []byte("POST\n/apps/1/events\nauth_key=k")
+	good := HMACHex("secret", msg)
+	for _, sig := range []string{good, strings.ToUpper(good), good[:63], good + "0", "", good[:63] + "x",
+		HMACHex("other", msg)} {
+		if got, want := hmacHexEqual("secret", msg, sig), Equal(sig, good); got != want {
+			t.Errorf("hmacHexEqual(%q) = %v, Equal says %v", sig, got, want)
+		}
+	}
+}
+
+// TestVerifyQueryAllocs: verifying a signed query builds its string to sign without maps.
+func TestVerifyQueryAllocs(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	body := []byte(`{"name":"e"}`)
+	q := SignRequest("POST", "/apps/1/events", url.Values{"info": {"x"}}, body, "key", "secret", now)
+	if err := VerifyQuery("POST", "/apps/1/events", q, "key", "secret", now); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = VerifyQuery("POST", "/apps/1/events", q, "key", "secret", now) }); n > 8 {
+		t.Errorf("VerifyQuery: %v allocations, want at most 8 (the HMAC's own)", n)
+	}
+}
