@@ -91,6 +91,9 @@ var (
 	descChannels       = desc("reverbgo_channels", "Occupied channels on this node, by channel type.", "app", "type")
 	descSubscriptions  = desc("reverbgo_subscriptions", "Channel subscriptions on this node, by channel type.", "app", "type")
 	descPresence       = desc("reverbgo_presence_members", "Distinct (channel, user) presence memberships held by this node's sockets.", "app")
+	descSocketWrites   = desc("reverbgo_socket_writes_total", "Writes to WebSocket sockets: path=writev counts the flushers' non-blocking writev syscalls, path=blocking the batches of the blocking writer (TLS, full sockets).", "path")
+	descFramesWritten  = desc("reverbgo_frames_written_total", "Frames handed to socket writes; divided by reverbgo_socket_writes_total, the frames per write.")
+	descFlushRounds    = desc("reverbgo_flusher_rounds_total", "Flusher rounds (each writes every socket with frames queued); coalesced=true counts the rounds that waited for server.write_coalesce_ms.", "coalesced")
 )
 
 // Collector exposes the server's counters and gauges to a Prometheus registry.
@@ -101,7 +104,7 @@ type collector struct{ s *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConnections, descOpened, descClosed, descRefused, descSlow,
 		descClientMessages, descRateLimited, descPublished, descDeliveries, descDeliveryBytes,
-		descChannels, descSubscriptions, descPresence} {
+		descChannels, descSubscriptions, descPresence, descSocketWrites, descFramesWritten, descFlushRounds} {
 		ch <- d
 	}
 	c.s.httpVec().Describe(ch)
@@ -152,7 +155,38 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	frames, bytes := s.reg.Deliveries()
 	ch <- counter(descDeliveries, frames)
 	ch <- counter(descDeliveryBytes, bytes)
+	w := s.writeCounts()
+	ch <- counter(descSocketWrites, w.writev, "writev")
+	ch <- counter(descSocketWrites, w.blocking, "blocking")
+	ch <- counter(descFramesWritten, w.frames)
+	ch <- counter(descFlushRounds, w.rounds, "false")
+	ch <- counter(descFlushRounds, w.coalesced, "true")
 	s.httpVec().Collect(ch)
+}
+
+// writeCounts are the write path's counters summed over every flusher (rounds: those that
+// started at once, coalesced: those that waited for the window; a round is one or the other).
+type writeCounts struct{ writev, blocking, frames, rounds, coalesced uint64 }
+
+func (s *Server) writeCounts() writeCounts {
+	var w writeCounts
+	for _, f := range s.flushers {
+		st := &f.stats
+		w.writev += st.writev.Load()
+		w.blocking += st.blocking.Load()
+		w.frames += st.frames.Load()
+		w.coalesced += st.coalesced.Load()
+		w.rounds += st.rounds.Load()
+	}
+	return w
+}
+
+// framesPerWrite is frames / writes, 0 before the first write.
+func (w writeCounts) framesPerWrite() float64 {
+	if n := w.writev + w.blocking; n > 0 {
+		return float64(w.frames) / float64(n)
+	}
+	return 0
 }
 
 // presenceMembers counts, per app, the distinct (channel, user) pairs of this node's

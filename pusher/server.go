@@ -133,7 +133,7 @@ func NewServer(opts Options) *Server {
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     func(*http.Request) bool { return true }, // checked per app after upgrade (4009)
 	}
-	s.flushers = newFlushers(s.stop)
+	s.flushers = newFlushers(s.stop, s.cfg.Server.WriteCoalesce())
 	for _, f := range s.flushers {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); f.run() }()
