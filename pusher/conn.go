@@ -275,7 +275,7 @@ func (c *Conn) flush(f *flusher) {
 	c.mu.Unlock()
 
 	orig := batch
-	f.stats.frames.Add(uint64(len(batch)))
+	ownAdd(&f.stats.frames, uint64(len(batch)))
 	rest, err := f.writev(c.raw, batch)
 	if err != nil {
 		clear(orig)
@@ -345,7 +345,7 @@ func (c *Conn) writeLoop(first net.Buffers) {
 
 		if c.fl != nil {
 			c.fl.stats.blocking.Add(1)
-			c.fl.stats.frames.Add(uint64(len(batch)))
+			c.fl.stats.blockingFrames.Add(uint64(len(batch)))
 		}
 		orig := batch // WriteTo consumes batch; orig keeps the backing array for reuse
 		_ = c.netConn.SetWriteDeadline(time.Now().Add(writeTimeout))

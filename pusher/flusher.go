@@ -47,15 +47,21 @@ type flusher struct {
 	stats writeStats
 }
 
-// writeStats are a flusher's counters (metrics.go exports their sums): cheap atomics, each
-// added once per syscall or round, never per delivery.
+// writeStats are a flusher's counters (metrics.go exports their sums), added once per
+// write or round. Those of the flusher's own goroutine have one writer, so ownAdd bumps
+// them with a plain load and store, no locked instruction; the slow path's are atomic adds.
 type writeStats struct {
 	writev    atomic.Uint64 // writev syscalls of the flusher (EAGAIN'd ones included)
-	blocking  atomic.Uint64 // batches written by the slow path's blocking writer
-	frames    atomic.Uint64 // whole frames handed to either (a remainder is not counted twice)
+	frames    atomic.Uint64 // whole frames handed to them (a remainder is not counted twice)
 	rounds    atomic.Uint64 // flusher rounds that started at once (a round writes every dirty socket)
 	coalesced atomic.Uint64 // flusher rounds that waited for the coalescing window first
+
+	blocking       atomic.Uint64 // batches written by the slow path's blocking writers
+	blockingFrames atomic.Uint64 // frames in those batches
 }
+
+// ownAdd adds n to a counter only the flusher's goroutine writes.
+func ownAdd(c *atomic.Uint64, n uint64) { c.Store(c.Load() + n) }
 
 func newFlushers(stop chan struct{}, window time.Duration) []*flusher {
 	n := runtime.GOMAXPROCS(0)
@@ -112,7 +118,7 @@ func (f *flusher) run() {
 		round := f.dirty
 		f.dirty = f.spare[:0]
 		f.mu.Unlock()
-		rounds.Add(1)
+		ownAdd(rounds, 1)
 		var start time.Time
 		if f.window > 0 {
 			start = time.Now()

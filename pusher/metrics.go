@@ -174,7 +174,7 @@ func (s *Server) writeCounts() writeCounts {
 		st := &f.stats
 		w.writev += st.writev.Load()
 		w.blocking += st.blocking.Load()
-		w.frames += st.frames.Load()
+		w.frames += st.frames.Load() + st.blockingFrames.Load()
 		w.coalesced += st.coalesced.Load()
 		w.rounds += st.rounds.Load()
 	}
