@@ -6,7 +6,8 @@
 #
 #   bench/compare.sh [MODE...]     MODE: fanout fanout_paced clientevents connections memory hold19k
 #
-# Environment: RUNS (3), CONNS (10000), BENCH_OUT (results folder; default a new mktemp -d).
+# Environment: RUNS (3), CONNS (10000), BENCH_OUT (results folder; default a new mktemp -d),
+# COALESCE_MS (reverbgo's server.write_coalesce_ms; unset = the default, for the latency/CPU curve).
 # Only 127.0.0.1 is ever targeted; every server stops by itself after LIFETIME seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +31,7 @@ export APP_ID=app-id APP_KEY=app-key APP_SECRET=app-secret
 
 (cd "$root" && CGO_ENABLED=0 go build -o "$BENCH_OUT/reverbgo" ./cmd/reverbgo)
 cat >"$BENCH_OUT/reverbgo.yaml" <<YAML
-server: {host: 127.0.0.1, port: 16401}
+server: {host: 127.0.0.1, port: 16401${COALESCE_MS:+, write_coalesce_ms: $COALESCE_MS}}
 apps:
   - {app_id: $APP_ID, key: $APP_KEY, secret: $APP_SECRET, client_event_rate_limit: 0, max_presence_members: 2000}
 YAML
