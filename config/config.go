@@ -33,8 +33,8 @@ type Server struct {
 	Log                    Log `mapstructure:"log"`
 	// WriteCoalesceMS is the longest, in milliseconds, that a frame for a socket may wait for
 	// more frames to join it in one write. The wait is adaptive: it applies only while the
-	// socket's flusher is busy (its previous round wrote many sockets or had a backlog), so
-	// an idle server writes at once. 0 = off (every frame is written as soon as it is
+	// socket's flusher is busy (its previous round wrote, or left waiting, dozens of
+	// sockets), so an idle server writes at once. 0 = off (every frame is written as soon as it is
 	// queued); absent = DefaultWriteCoalesceMS. A pointer: an explicit 0 is not "default".
 	WriteCoalesceMS *int `mapstructure:"write_coalesce_ms"`
 }

@@ -32,8 +32,9 @@ const (
 // ApplyDefaults fills every field left at its zero value with its default and normalises
 // server.path. A zero number therefore means "default", except max_connections where 0 means
 // unlimited, and client_event_rate_limit and server.write_coalesce_ms, pointers, where only
-// an absent value takes the default and an explicit 0 means unlimited (off). An empty allowed_origins list also means ["*"]:
-// list the origins to restrict them. ApplyDefaults is idempotent.
+// an absent value takes the default and an explicit 0 means unlimited (respectively off). An
+// empty allowed_origins list also means ["*"]: list the origins to restrict them.
+// ApplyDefaults is idempotent.
 func (c *Config) ApplyDefaults() {
 	s := &c.Server
 	if s.Host == "" {
