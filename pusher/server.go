@@ -121,7 +121,8 @@ func NewServer(opts Options) *Server {
 		s.reg.Subscribe(a.cfg.ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg.ID})
 	}
 	// Origin is checked per app after the upgrade (4009), in Accept.
-	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes})
+	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
+		CoalesceWindow: s.cfg.Server.WriteCoalesce()})
 	s.wg.Add(1)
 	go s.sweepLoop()
 	return s
