@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
-# Interleaved comparison of reverbgo against soketi and rawserver (the Go + gorilla floor),
-# with the shared load tool in ../shared/bench. Every server is pinned to core 0 (Go ones
-# with GOMAXPROCS=1), the client to core 1; the ratios printed are reverbgo / peer, from
-# per-side medians (ab.sh: one warm-up per side, then A,B,A,B,...).
+# One comparison run of issue 12's scenarios: reverbgo against soketi and rawserver (the Go +
+# gorilla floor of one write per delivery), with an A/A side (a second reverbgo process, the
+# same binary) that shows the run's noise, and optionally nbio (bench/nbioserver, issue 10).
+# Every server is pinned to core 0 (Go ones with GOMAXPROCS=1), the client to core 1 with
+# GOMAXPROCS=1. Within each scenario the sides are interleaved (one warm-up per side in the
+# first scenario, then side1, side2, ... RUNS times). At the end bench/comparetable prints one
+# table: per-side medians, reverbgo / peer, the A/A ratio, the target and whether it is met.
 #
-#   bench/compare.sh [MODE...]     MODE: fanout fanout_paced clientevents connections memory hold19k
+#   bench/compare.sh [SCENARIO...]
+#     fanout        unpaced, 1,000 subscribers × 2,000 events (client-bound)
+#     paced100      1,000 subscribers × 1,000 events at 100 events/s (100k deliveries/s)
+#     paced20       1,000 subscribers × 200 events at 20 events/s (20k deliveries/s)
+#     clientevents  10 senders × 2 events/s × 20 → 1,000 listeners
+#     connections   CONNS sockets connected + subscribed, held 2 s: CPU per connection
+#     memory        CONNS idle sockets on a fresh process per run: KiB per connection
+#     hold19k       18,000 idle + a 1,000-subscriber fan-out on reverbgo alone (not in the table)
 #
-# Environment: RUNS (3), CONNS (10000), BENCH_OUT (results folder; default a new mktemp -d).
-# Only 127.0.0.1 is ever targeted; every server stops by itself after LIFETIME seconds.
+# Environment: RUNS (3), CONNS (10000), SIDES (soketi reverbgo reverbgo-aa rawserver, plus nbio
+# when bench/nbioserver builds), BENCH_OUT (results; default a new mktemp -d), SERVER_FLAGS
+# (extra config YAML lines for reverbgo's server: block, e.g. "write_coalesce_ms: 0").
+# Measure only on a quiet machine: nothing else running. Only 127.0.0.1 is targeted; every
+# server stops by itself after LIFETIME seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 shared=${SHARED_BENCH:-$root/../shared/bench}
 [ -d "$shared" ] || { echo "compare.sh: no shared bench kit at $shared" >&2; exit 1; }
-modes=${*:-fanout fanout_paced clientevents connections memory hold19k}
+scenarios=${*:-fanout paced100 paced20 clientevents connections memory}
 RUNS=${RUNS:-3}
 CONNS=${CONNS:-10000}
 export LIFETIME=${LIFETIME:-3600}
 export BENCH_OUT=${BENCH_OUT:-$(mktemp -d -t reverbgo-bench.XXXXXX)}
+mkdir -p "$BENCH_OUT"
 echo "compare.sh: results in $BENCH_OUT" >&2
 ulimit -n "$(ulimit -Hn)"
 
@@ -29,77 +43,115 @@ export PUSHERBENCH=$BENCH_OUT/pusherbench
 export APP_ID=app-id APP_KEY=app-key APP_SECRET=app-secret
 
 (cd "$root" && CGO_ENABLED=0 go build -o "$BENCH_OUT/reverbgo" ./cmd/reverbgo)
-cat >"$BENCH_OUT/reverbgo.yaml" <<YAML
-server: {host: 127.0.0.1, port: 16401}
+(cd "$root" && go build -o "$BENCH_OUT/comparetable" ./bench/comparetable)
+default_sides="soketi reverbgo reverbgo-aa rawserver"
+if [ -d "$root/bench/nbioserver" ] && (cd "$root/bench/nbioserver" && go build -o "$BENCH_OUT/nbioserver" .) 2>/dev/null; then
+  default_sides="$default_sides nbio"
+fi
+SIDES=${SIDES:-$default_sides}
+commit=$(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- . ':!bench' || echo "+dirty")
+echo "commit $commit; sides: $SIDES; runs: $RUNS" | tee "$BENCH_OUT/run.txt"
+
+declare -A PORT PID
+PORT=([soketi]=16301 [reverbgo]=16401 [reverbgo-aa]=16402 [rawserver]=16501 [nbio]=16601)
+
+start_reverbgo() { # side
+  local port=${PORT[$1]}
+  cat >"$BENCH_OUT/$1.yaml" <<YAML
+server:
+  host: 127.0.0.1
+  port: $port
+${SERVER_FLAGS:+  $SERVER_FLAGS}
 apps:
   - {app_id: $APP_ID, key: $APP_KEY, secret: $APP_SECRET, client_event_rate_limit: 0, max_presence_members: 2000}
 YAML
-start_ours() {
   GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
-    --config "$BENCH_OUT/reverbgo.yaml" --log-level warn >>"$BENCH_OUT/reverbgo.log" 2>&1 </dev/null &
-  for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:16401/up >/dev/null 2>&1 && break; sleep 0.1; done
-  OURS=$(pgrep -f "^$BENCH_OUT/reverbgo start" | head -1) # the server, not its timeout wrapper
+    --config "$BENCH_OUT/$1.yaml" --log-level warn >>"$BENCH_OUT/$1.log" 2>&1 </dev/null &
+  for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$port/up" >/dev/null 2>&1 && break; sleep 0.1; done
+  PID[$1]=$(pgrep -f "^$BENCH_OUT/reverbgo start --config $BENCH_OUT/$1.yaml" | head -1) # not the timeout wrapper
 }
-start_soketi() { SOKETI=$(PORT=16301 "$scripts/start_soketi.sh" | tail -1); }
-start_raw() { RAW=$(PORT=16501 "$scripts/start_rawserver.sh" | tail -1); }
-stop() { "$scripts/stop_pid.sh" "$1" >/dev/null 2>&1 || true; sleep 1; }
-start_ours
-start_soketi
-start_raw
-cleanup() { for p in "$OURS" "$SOKETI" "$RAW"; do "$scripts/stop_pid.sh" "$p" >/dev/null 2>&1 || true; done; }
+start_side() { # side
+  case $1 in
+  soketi) PID[$1]=$(PORT=${PORT[$1]} "$scripts/start_soketi.sh" | tail -1) ;;
+  rawserver) PID[$1]=$(PORT=${PORT[$1]} "$scripts/start_rawserver.sh" | tail -1) ;;
+  nbio)
+    GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/nbioserver" --port "${PORT[$1]}" \
+      --app-id "$APP_ID" --key "$APP_KEY" --secret "$APP_SECRET" >>"$BENCH_OUT/nbio.log" 2>&1 </dev/null &
+    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/${PORT[$1]}") 2>/dev/null && break; sleep 0.1; done
+    PID[$1]=$(pgrep -f "^$BENCH_OUT/nbioserver --port ${PORT[$1]}" | head -1) ;;
+  *) start_reverbgo "$1" ;;
+  esac
+  [ -n "${PID[$1]:-}" ] || { echo "compare.sh: $1 did not start" >&2; exit 1; }
+}
+stop_side() { "$scripts/stop_pid.sh" "${PID[$1]}" >/dev/null 2>&1 || true; sleep 1; }
+cleanup() { for s in $SIDES; do [ -n "${PID[$s]:-}" ] && "$scripts/stop_pid.sh" "${PID[$s]}" >/dev/null 2>&1; done; true; }
 trap cleanup EXIT
-echo "pids: reverbgo $OURS soketi $SOKETI rawserver $RAW" | tee "$BENCH_OUT/pids.txt"
+for s in $SIDES; do start_side "$s"; done
+for s in $SIDES; do echo "$s: port ${PORT[$s]} pid ${PID[$s]}"; done | tee -a "$BENCH_OUT/run.txt"
 
-ab() { "$scripts/ab.sh" "$@" 2>&1 | tail -25; }
-for mode in $modes; do
-  echo "=== $mode" | tee -a "$BENCH_OUT/summary.txt"
-  case $mode in
-  fanout)
-    ab fanout "$RUNS" 16301 "$SOKETI" 16401 "$OURS" -n 1000 -m 200 | tee -a "$BENCH_OUT/summary.txt"
-    ab fanout "$RUNS" 16501 "$RAW" 16401 "$OURS" -n 1000 -m 200 | tee -a "$BENCH_OUT/summary.txt" ;;
-  fanout_paced)
-    ab fanout "$RUNS" 16301 "$SOKETI" 16401 "$OURS" -n 1000 -m 200 --rate 20 | tee -a "$BENCH_OUT/summary.txt"
-    ab fanout "$RUNS" 16501 "$RAW" 16401 "$OURS" -n 1000 -m 200 --rate 20 | tee -a "$BENCH_OUT/summary.txt" ;;
-  clientevents)
-    ab clientevents "$RUNS" 16301 "$SOKETI" 16401 "$OURS" -n 1000 --senders 10 -m 20 --rate 2 | tee -a "$BENCH_OUT/summary.txt" ;;
-  connections)
-    ab connections "$RUNS" 16301 "$SOKETI" 16401 "$OURS" -n "$CONNS" --hold 2s | tee -a "$BENCH_OUT/summary.txt"
-    ab connections "$RUNS" 16501 "$RAW" 16401 "$OURS" -n "$CONNS" --hold 2s | tee -a "$BENCH_OUT/summary.txt" ;;
-  hold19k)
-    # 18,000 idle subscribed connections held for 90 s; once they are all up, a 1,000-subscriber
-    # fan-out runs: together 19,000 sockets on one process (fd limit 20,000).
-    GOMAXPROCS=1 taskset -c 1 "$PUSHERBENCH" connections --port 16401 --pid "$OURS" -n 18000 \
-      --app-id $APP_ID --key $APP_KEY --secret $APP_SECRET --hold 90s >"$BENCH_OUT/hold19k-conns.txt" 2>&1 &
-    holder=$!
-    for _ in $(seq 1 600); do grep -q "^hold" "$BENCH_OUT/hold19k-conns.txt" 2>/dev/null && break
-      [ "$(ls /proc/"$OURS"/fd | wc -l)" -ge 18000 ] && break; sleep 0.2; done
-    sleep 2
-    GOMAXPROCS=1 taskset -c 1 "$PUSHERBENCH" fanout --port 16401 --pid "$OURS" -n 1000 -m 200 \
-      --app-id $APP_ID --key $APP_KEY --secret $APP_SECRET >"$BENCH_OUT/hold19k-fanout.txt" 2>&1 || true
-    echo "sockets open during the fan-out: $(($(ls /proc/"$OURS"/fd | wc -l)))" | tee -a "$BENCH_OUT/summary.txt"
-    wait "$holder" || true
-    tail -1 "$BENCH_OUT/hold19k-fanout.txt" | tee -a "$BENCH_OUT/summary.txt"
-    tail -1 "$BENCH_OUT/hold19k-conns.txt" | tee -a "$BENCH_OUT/summary.txt" ;;
-  memory)
-    # KiB per idle connection needs a fresh process per run (RSS does not shrink between
-    # runs), so each server is restarted before each of its runs; sides are interleaved.
-    for r in $(seq 1 "$RUNS"); do
-      for side in soketi reverbgo rawserver; do
-        case $side in
-        soketi) stop "$SOKETI"; start_soketi; port=16301 pid=$SOKETI ;;
-        reverbgo) stop "$OURS"; start_ours; port=16401 pid=$OURS ;;
-        rawserver) stop "$RAW"; start_raw; port=16501 pid=$RAW ;;
-        esac
-        sleep 2
-        GOMAXPROCS=1 taskset -c 1 "$PUSHERBENCH" connections --port "$port" --pid "$pid" -n "$CONNS" \
-          --app-id $APP_ID --key $APP_KEY --secret $APP_SECRET --hold 2s 2>&1 | grep '^{' | tail -1 >>"$BENCH_OUT/memory-$side.jsonl"
-      done
+CREDS=(--app-id "$APP_ID" --key "$APP_KEY" --secret "$APP_SECRET")
+bench() { # side mode flags...: one client run; its JSON summary line to stdout
+  local side=$1 mode=$2; shift 2
+  GOMAXPROCS=1 taskset -c 1 timeout 300 "$PUSHERBENCH" "$mode" --port "${PORT[$side]}" --pid "${PID[$side]}" \
+    "${CREDS[@]}" "$@" >"$BENCH_OUT/last.txt" 2>&1 || true
+  cat "$BENCH_OUT/last.txt" >>"$BENCH_OUT/log.txt"
+  grep "^{" "$BENCH_OUT/last.txt" | tail -1 || true
+}
+warm=1
+rotate() { # scenario mode flags...: RUNS interleaved rounds over every side
+  local sc=$1; shift
+  mkdir -p "$BENCH_OUT/$sc"
+  if [ $warm = 1 ]; then
+    for s in $SIDES; do echo "+ warm-up $s" >>"$BENCH_OUT/log.txt"; bench "$s" "$@" >/dev/null; sleep 2; done
+    warm=0
+  fi
+  for r in $(seq 1 "$RUNS"); do
+    for s in $SIDES; do
+      echo "+ $sc run $r $s: $*" | tee -a "$BENCH_OUT/log.txt" >&2
+      bench "$s" "$@" >>"$BENCH_OUT/$sc/$s.jsonl"
+      sleep 2
     done
-    for side in soketi reverbgo rawserver; do
-      echo "-- $side" | tee -a "$BENCH_OUT/summary.txt"
-      "$PUSHERBENCH" median "$BENCH_OUT/memory-$side.jsonl" | grep -E "kib_per_conn|server_cpu_us_per_conn|connect_rate|dropped" | tee -a "$BENCH_OUT/summary.txt"
+  done
+}
+
+for sc in $scenarios; do
+  case $sc in
+  fanout) rotate fanout fanout -n 1000 -m 2000 ;;
+  paced100) rotate paced100 fanout -n 1000 -m 1000 --rate 100 ;;
+  paced20) rotate paced20 fanout -n 1000 -m 200 --rate 20 ;;
+  clientevents) rotate clientevents clientevents -n 1000 --senders 10 -m 20 --rate 2 ;;
+  connections) rotate connections connections -n "$CONNS" --hold 2s ;;
+  memory)
+    # RSS does not shrink between runs: every side restarts before each of its runs.
+    mkdir -p "$BENCH_OUT/memory"
+    for r in $(seq 1 "$RUNS"); do
+      for s in $SIDES; do
+        stop_side "$s"; start_side "$s"; sleep 2
+        echo "+ memory run $r $s" | tee -a "$BENCH_OUT/log.txt" >&2
+        bench "$s" connections -n "$CONNS" --hold 2s >>"$BENCH_OUT/memory/$s.jsonl"
+      done
     done ;;
-  *) echo "unknown mode $mode" >&2; exit 1 ;;
+  hold19k)
+    # 18,000 idle subscribed sockets held 90 s; once up, a 1,000-subscriber fan-out runs: 19,000
+    # sockets on one process (fd limit 20,000).
+    GOMAXPROCS=1 taskset -c 1 "$PUSHERBENCH" connections --port "${PORT[reverbgo]}" --pid "${PID[reverbgo]}" -n 18000 \
+      "${CREDS[@]}" --hold 90s >"$BENCH_OUT/hold19k-conns.txt" 2>&1 &
+    holder=$!
+    for _ in $(seq 1 600); do [ "$(ls /proc/"${PID[reverbgo]}"/fd | wc -l)" -ge 18000 ] && break; sleep 0.2; done
+    sleep 2
+    bench reverbgo fanout -n 1000 -m 200 >"$BENCH_OUT/hold19k-fanout.txt"
+    echo "sockets open during the fan-out: $(ls /proc/"${PID[reverbgo]}"/fd | wc -l)" | tee -a "$BENCH_OUT/run.txt"
+    wait "$holder" || true
+    cat "$BENCH_OUT/hold19k-fanout.txt" | tee -a "$BENCH_OUT/run.txt"
+    grep '^{' "$BENCH_OUT/hold19k-conns.txt" | tail -1 | tee -a "$BENCH_OUT/run.txt" ;;
+  *) echo "compare.sh: unknown scenario $sc" >&2; exit 1 ;;
   esac
 done
-echo "compare.sh: summary in $BENCH_OUT/summary.txt" >&2
+
+{
+  echo
+  echo "Comparison run at $commit, $(date -u +%Y-%m-%dT%H:%MZ), RUNS=$RUNS, sides: $SIDES${SERVER_FLAGS:+, reverbgo server: $SERVER_FLAGS}"
+  echo
+  "$BENCH_OUT/comparetable" "$BENCH_OUT"
+} | tee "$BENCH_OUT/table.md"
+echo "compare.sh: table in $BENCH_OUT/table.md, every run in $BENCH_OUT/log.txt" >&2

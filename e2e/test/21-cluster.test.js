@@ -203,10 +203,20 @@ for (const kind of ['standalone', 'sentinel', 'cluster']) {
       await subscribe(c, room);
       await subscribe(d, room);
       await eventually(() => ids(bRoom.members).length === 3, { what: 'b sees three members' });
-      await eventually(async () => (await apiGet(sdk(nodes[0]), '/connections')).connections >= 4, { what: 'connections counted' });
+      // Remote counts arrive in batches: wait until every node reports the same total (every
+      // batch, node 3's two new sockets included, has landed) before taking it as the baseline;
+      // reading node 1's count alone could miss node 3's batch, and then "before - 2" never comes.
+      let before = 0;
+      await eventually(
+        async () => {
+          const counts = await Promise.all(nodes.map(async (n) => (await apiGet(sdk(n), '/connections')).connections));
+          before = counts[0];
+          return before >= 4 && counts.every((c) => c === before);
+        },
+        { what: 'every node counts the same connections' },
+      );
       const removedA = inbox(aRoom, 'pusher:member_removed');
       const removedB = inbox(bRoom, 'pusher:member_removed');
-      const before = (await apiGet(sdk(nodes[0]), '/connections')).connections;
       const t0 = Date.now();
       nodes[2].proc.kill('SIGKILL');
       const limit = (nodeTimeout + 5) * 1000;
