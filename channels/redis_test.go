@@ -14,6 +14,7 @@ import (
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/channels/channelstest"
 	"github.com/reverbgo/reverbgo/internal/testenv"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // backend is a Redis the shared suites run against: miniredis always, a real server when
@@ -131,17 +132,6 @@ func (g *gone) list() []string {
 	return slices.Clone(g.got)
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestRedisPresenceTwoNodes(t *testing.T) {
 	ctx := context.Background()
 	m := channels.Member{UserID: "u1", Info: []byte(`{"name":"a"}`)}
@@ -202,7 +192,7 @@ func TestRedisPresenceReapsDeadNode(t *testing.T) {
 				}
 			}
 			alive.Start()
-			waitUntil(t, "the dead node reaped", func() bool { return len(g.list()) == 2 })
+			testutil.WaitFor(t, "the dead node reaped", func() bool { return len(g.list()) == 2 })
 			got := g.list()
 			slices.Sort(got)
 			if !slices.Equal(got, []string{"app/presence-r/u1", "app/presence-r/u3"}) {
@@ -306,7 +296,7 @@ func TestRedisOccupancy(t *testing.T) {
 				t.Fatalf("written-through channel right after its subscribe: %d %v", n, err)
 			}
 			regs[1].Subscribe("app2", "news", &channelstest.Sink{ID: "2.2"})
-			waitUntil(t, "counts from both nodes", func() bool {
+			testutil.WaitFor(t, "counts from both nodes", func() bool {
 				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
 				return err == nil && n == 2
 			})
@@ -321,7 +311,7 @@ func TestRedisOccupancy(t *testing.T) {
 			}
 			occs[0].SetConnections(func() map[string]int64 { return map[string]int64{"app": 1} })
 			occs[1].SetConnections(func() map[string]int64 { return map[string]int64{"app": 3, "app2": 1} })
-			waitUntil(t, "node B's connections seen from A", func() bool {
+			testutil.WaitFor(t, "node B's connections seen from A", func() bool {
 				n, err := occs[0].RemoteConnections(ctx, "app")
 				return err == nil && n == 3
 			})
@@ -331,7 +321,7 @@ func TestRedisOccupancy(t *testing.T) {
 			// Node B goes silent: A keeps heartbeating and stops counting B.
 			pres[0].Start()
 			t.Cleanup(func() { _ = pres[0].Close() })
-			waitUntil(t, "node B to drop out", func() bool {
+			testutil.WaitFor(t, "node B to drop out", func() bool {
 				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
 				c, cerr := occs[0].RemoteConnections(ctx, "app")
 				return err == nil && n == 1 && cerr == nil && c == 0
@@ -380,12 +370,12 @@ func TestRedisCacheAcrossNodes(t *testing.T) {
 				}
 			}
 			pub(regs[0], "one", true)
-			waitUntil(t, "node B to replay node A's event", func() bool { return last(regs[1]) == "one" })
+			testutil.WaitFor(t, "node B to replay node A's event", func() bool { return last(regs[1]) == "one" })
 			pub(regs[1], "two", true)
-			waitUntil(t, "node A to replay node B's event", func() bool { return last(regs[0]) == "two" })
+			testutil.WaitFor(t, "node A to replay node B's event", func() bool { return last(regs[0]) == "two" })
 			pub(regs[0], "internal", false) // pusher_internal and client events are never cached
 			pub(regs[0], "three", true)
-			waitUntil(t, "node B to see three", func() bool { return last(regs[1]) == "three" })
+			testutil.WaitFor(t, "node B to see three", func() bool { return last(regs[1]) == "three" })
 			// A node that starts now never delivered it: its answer can only come from Redis.
 			rdb := be.client(t)
 			cache := channels.NewRedisCache(rdb, prefix)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 type hookRecorder struct {
@@ -40,7 +42,7 @@ func TestObserverSeesAttempts(t *testing.T) {
 	d := start(t, testOptions(&syncBuffer{}), app("1", "k", "s", hook(rcv.srv.URL+"/hook?token=q")))
 	d.SetObserver(rec)
 	d.Emit("1", ev("member_added", "a"))
-	eventually(t, "delivered", func() bool { return d.Stats().Sent == 1 })
+	testutil.WaitFor(t, "delivered", func() bool { return d.Stats().Sent == 1 })
 	got := rec.snapshot()
 	want := []string{"failed 1 " + rcv.srv.URL + "/hook 1 1 status 503", "sent 1 " + rcv.srv.URL + "/hook 1 2"}
 	if !slices.Equal(got, want) {
@@ -58,7 +60,7 @@ func TestObserverSeesAttempts(t *testing.T) {
 	d2 := start(t, testOptions(&syncBuffer{}), app("2", "k", "s", hook(dead)))
 	d2.SetObserver(rec2)
 	d2.Emit("2", ev("member_added", "b"))
-	eventually(t, "a failed attempt", func() bool { return len(rec2.snapshot()) > 0 })
+	testutil.WaitFor(t, "a failed attempt", func() bool { return len(rec2.snapshot()) > 0 })
 	if line := rec2.snapshot()[0]; !strings.HasPrefix(line, "failed 2 http://"+ln.Addr().String()+"/x 1 1 ") || strings.Contains(line, "pa55word") {
 		t.Fatalf("failure line %q", line)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 func TestNodeMetricsFamilies(t *testing.T) {
@@ -57,11 +58,7 @@ func TestNodeMetricsFamilies(t *testing.T) {
 		t.Fatalf("reverbgo_redis_broker_up = %v with Redis up", v)
 	}
 	mr.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for value("reverbgo_redis_broker_up") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("reverbgo_redis_broker_up stayed 1 after Redis went away")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, "reverbgo_redis_broker_up to drop to 0 after Redis went away", func() bool {
+		return value("reverbgo_redis_broker_up") == 0
+	})
 }
