@@ -6,13 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
-	"github.com/reverbgo/reverbgo/internal/testenv"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -34,16 +32,17 @@ type indexBackend struct {
 const indexTTL = 600 * time.Millisecond
 
 func indexBackends(t *testing.T) []indexBackend {
-	// server returns a dialer of one Redis for the case, each node its own client.
-	redisNodes := func(server func(t *testing.T) func() redis.UniversalClient) func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
-		return func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
+	out := []indexBackend{{"memory", 1, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
+		return []indexNode{{idx: bridge.NewMemorySocketIndex()}}, nil
+	}}}
+	for _, be := range testutil.RedisBackends(t, true) {
+		out = append(out, indexBackend{be.Name, 3, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
 			// A fresh hash-tagged prefix per case, as the node's own ({reverbgo:<channel>}:).
 			prefix := "{test:" + uuid.NewString() + "}:"
-			dial := server(t)
 			var rdb redis.UniversalClient
 			out := make([]indexNode, n)
 			for i := range out {
-				rdb = dial()
+				rdb = be.Client(t)
 				p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: indexTTL})
 				out[i] = indexNode{bridge.NewRedisSocketIndex(rdb, p, nil), p, prefix}
 				if err := p.Heartbeat(context.Background()); err != nil {
@@ -51,35 +50,7 @@ func indexBackends(t *testing.T) []indexBackend {
 				}
 			}
 			return out, rdb
-		}
-	}
-	out := []indexBackend{
-		{"memory", 1, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
-			return []indexNode{{idx: bridge.NewMemorySocketIndex()}}, nil
-		}},
-		{"miniredis", 3, redisNodes(func(t *testing.T) func() redis.UniversalClient {
-			mr := miniredis.RunT(t)
-			return func() redis.UniversalClient {
-				rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-				t.Cleanup(func() { _ = rdb.Close() })
-				return rdb
-			}
-		})},
-	}
-	if u := testenv.RedisURL(t); u != "" {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, indexBackend{"redis", 3, redisNodes(func(t *testing.T) func() redis.UniversalClient {
-			return func() redis.UniversalClient {
-				rdb := redis.NewClient(opt)
-				t.Cleanup(func() { _ = rdb.Close() })
-				return rdb
-			}
-		})})
-	} else {
-		t.Log("REVERBGO_TEST_REDIS_URL not set: real-Redis cases skipped")
+		}})
 	}
 	return out
 }

@@ -75,8 +75,8 @@ var _ redis.Hook = (*replySpy)(nil)
 func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
-			rdb := be.client(t)
+		t.Run(be.Name, func(t *testing.T) {
+			rdb := be.Client(t)
 			spy := &replySpy{}
 			rdb.AddHook(spy)
 			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: testPrefix(), NodeTimeout: time.Minute})

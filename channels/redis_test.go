@@ -13,63 +13,15 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/channels/channelstest"
-	"github.com/reverbgo/reverbgo/internal/testenv"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
-// backend is a Redis the shared suites run against: miniredis always, a real server when
-// REVERBGO_TEST_REDIS_URL is set.
-type backend struct {
-	name string
-	// client returns a new client on the backend's server, closed at test end. Every call in
-	// one test reaches the same server, so several clients make several nodes.
-	client func(t *testing.T) redis.UniversalClient
-}
-
-func backends(t *testing.T) []backend {
-	out := []backend{{"miniredis", func(t *testing.T) redis.UniversalClient {
-		// One miniredis per test, shared by that test's clients.
-		mr, ok := miniByTest[t.Name()]
-		if !ok {
-			mr = miniredis.RunT(t)
-			miniByTest[t.Name()] = mr
-			t.Cleanup(func() { delete(miniByTest, t.Name()) })
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
-		return rdb
-	}}}
-	if u := testenv.RedisURL(t); u != "" {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, backend{"redis", func(t *testing.T) redis.UniversalClient {
-			rdb := redis.NewClient(opt)
-			t.Cleanup(func() { _ = rdb.Close() })
-			return rdb
-		}})
-	} else {
-		t.Log("REVERBGO_TEST_REDIS_URL not set: real-Redis cases skipped")
-	}
-	if addrs := testenv.RedisClusterAddrs(t); addrs != nil {
-		out = append(out, backend{"cluster", func(t *testing.T) redis.UniversalClient {
-			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-			t.Cleanup(func() { _ = rdb.Close() })
-			return rdb
-		}})
-	} else {
-		t.Log("REVERBGO_TEST_REDIS_CLUSTER not set: Redis Cluster cases skipped")
-	}
-	return out
-}
+// backends are the Redis servers the shared suites run against, Redis Cluster included.
+func backends(t *testing.T) []testutil.RedisBackend { return testutil.RedisBackends(t, true) }
 
 // testPrefix is a fresh key prefix per case (isolating cases on a shared real server) with
 // a hash tag, as the node's own prefix has, so every script's keys share a Cluster slot.
 func testPrefix() string { return "{test:" + uuid.NewString() + "}:" }
-
-// miniByTest is touched only from test goroutines of sequential (non-parallel) tests.
-var miniByTest = map[string]*miniredis.Miniredis{}
 
 func TestMemoryBroker(t *testing.T) {
 	channelstest.RunBroker(t, 1, func(t *testing.T, n int) []*channels.Registry {
@@ -79,12 +31,12 @@ func TestMemoryBroker(t *testing.T) {
 
 func TestRedisBroker(t *testing.T) {
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			channelstest.RunBroker(t, 2, func(t *testing.T, n int) []*channels.Registry {
 				ch := "test:" + uuid.NewString() // isolates cases on a shared real server
 				regs := make([]*channels.Registry, n)
 				for i := range regs {
-					b, err := channels.NewRedisBroker(context.Background(), be.client(t), channels.RedisBrokerOptions{Channel: ch})
+					b, err := channels.NewRedisBroker(context.Background(), be.Client(t), channels.RedisBrokerOptions{Channel: ch})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -106,9 +58,9 @@ func newRedisPresence(t *testing.T, rdb redis.UniversalClient, prefix, node stri
 
 func TestRedisPresence(t *testing.T) {
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			channelstest.RunPresence(t, func(t *testing.T) channels.PresenceStore {
-				return newRedisPresence(t, be.client(t), testPrefix(), "", 0, nil)
+				return newRedisPresence(t, be.Client(t), testPrefix(), "", 0, nil)
 			})
 		})
 	}
@@ -136,10 +88,10 @@ func TestRedisPresenceTwoNodes(t *testing.T) {
 	ctx := context.Background()
 	m := channels.Member{UserID: "u1", Info: []byte(`{"name":"a"}`)}
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
-			a := newRedisPresence(t, be.client(t), prefix, "A", 0, nil)
-			b := newRedisPresence(t, be.client(t), prefix, "B", 0, nil)
+			a := newRedisPresence(t, be.Client(t), prefix, "A", 0, nil)
+			b := newRedisPresence(t, be.Client(t), prefix, "B", 0, nil)
 			steps := []struct {
 				name string
 				do   func() (bool, error)
@@ -174,15 +126,15 @@ func TestRedisPresenceTwoNodes(t *testing.T) {
 func TestRedisPresenceReapsDeadNode(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
 			const ttl = 300 * time.Millisecond
 			var g gone
-			dead := channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTimeout: ttl})
+			dead := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTimeout: ttl})
 			if err := dead.Heartbeat(ctx); err != nil { // one heartbeat, then silence: a crash
 				t.Fatal(err)
 			}
-			alive := newRedisPresence(t, be.client(t), prefix, "alive", ttl, g.add)
+			alive := newRedisPresence(t, be.Client(t), prefix, "alive", ttl, g.add)
 			for _, j := range []struct {
 				p          *channels.RedisPresence
 				sock, user string
@@ -273,14 +225,14 @@ func TestRedisPresenceRetriesFailedLeave(t *testing.T) {
 func TestRedisOccupancy(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
 			const ttl = 600 * time.Millisecond
 			var regs [2]*channels.Registry
 			var occs [2]*channels.RedisOccupancy
 			var pres [2]*channels.RedisPresence
 			for i := range regs {
-				pres[i] = channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: ttl})
+				pres[i] = channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: ttl})
 				occs[i] = channels.NewRedisOccupancy(pres[i], "private-toolmark.", nil)
 				t.Cleanup(occs[i].Close)
 				regs[i] = channels.NewRegistry(channels.Options{Presence: pres[i], Occupancy: occs[i]})
@@ -336,12 +288,12 @@ func TestRedisOccupancy(t *testing.T) {
 func TestRedisCacheAcrossNodes(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
 			ch := "test:" + uuid.NewString()
 			var regs [2]*channels.Registry
 			for i := range regs {
-				rdb := be.client(t)
+				rdb := be.Client(t)
 				cache := channels.NewRedisCache(rdb, prefix)
 				b, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: ch, Cache: cache})
 				if err != nil {
@@ -377,7 +329,7 @@ func TestRedisCacheAcrossNodes(t *testing.T) {
 			pub(regs[0], "three", true)
 			testutil.WaitFor(t, "node B to see three", func() bool { return last(regs[1]) == "three" })
 			// A node that starts now never delivered it: its answer can only come from Redis.
-			rdb := be.client(t)
+			rdb := be.Client(t)
 			cache := channels.NewRedisCache(rdb, prefix)
 			late := channels.NewRegistry(channels.Options{Cache: cache})
 			if got := last(late); got != "three" {

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/config"
-	"github.com/reverbgo/reverbgo/internal/testenv"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -19,29 +18,11 @@ import (
 // REVERBGO_TEST_REDIS_URL is set), a constructor of one more node's store on a Redis shared
 // by the test.
 func sharedStores(t *testing.T) map[string]func(t *testing.T) func() Store {
-	out := map[string]func(t *testing.T) func() Store{
-		"miniredis": func(t *testing.T) func() Store {
-			mr := miniredis.RunT(t)
-			prefix := "t:"
-			return func() Store {
-				rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-				t.Cleanup(func() { _ = rdb.Close() })
-				return NewRedisStore(rdb, prefix, uuid.NewString())
-			}
-		},
-	}
-	if u := testenv.RedisURL(t); u != "" {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out["redis"] = func(t *testing.T) func() Store {
+	out := map[string]func(t *testing.T) func() Store{}
+	for _, be := range testutil.RedisBackends(t, false) {
+		out[be.Name] = func(t *testing.T) func() Store {
 			prefix := "t:" + uuid.NewString() + ":"
-			return func() Store {
-				rdb := redis.NewClient(opt)
-				t.Cleanup(func() { _ = rdb.Close() })
-				return NewRedisStore(rdb, prefix, uuid.NewString())
-			}
+			return func() Store { return NewRedisStore(be.Client(t), prefix, uuid.NewString()) }
 		}
 	}
 	return out
