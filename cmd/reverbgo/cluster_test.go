@@ -71,13 +71,7 @@ func startNodesWith(t *testing.T, n int, appKeys, redisURL, channel string) []*t
 // test ends.
 func startNode(t *testing.T, cfg *config.Config) *testNode {
 	t.Helper()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nd := buildNode(t, cfg, prometheus.NewRegistry())
 	ts := httptest.NewServer(nd.e)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -86,6 +80,19 @@ func startNode(t *testing.T, cfg *config.Config) *testNode {
 		ts.Close()
 	})
 	return &testNode{nd, ts}
+}
+
+// buildNode validates cfg and builds a node that logs nowhere; the caller shuts it down.
+func buildNode(t *testing.T, cfg *config.Config, metrics *prometheus.Registry) *node {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nd
 }
 
 type event struct {

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -70,13 +68,7 @@ func TestConsoleInCluster(t *testing.T) {
 func TestShutdownEndsConsoleStreams(t *testing.T) {
 	cfg := &config.Config{Apps: []config.App{{ID: appID, Key: appKey, Secret: secret}}, Console: config.Console{Enabled: true, Token: "tok"}}
 	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nd := buildNode(t, cfg, prometheus.NewRegistry())
 	ts := httptest.NewServer(nd.e)
 	defer ts.Close()
 	req, _ := http.NewRequest("GET", ts.URL+"/console/api/stream?app="+appID, nil)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -20,14 +18,8 @@ func TestNodeMetricsFamilies(t *testing.T) {
 		Scaling: config.Scaling{Enabled: true, RedisURL: "redis://" + mr.Addr() + "/0"},
 	}
 	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	reg := newMetricsRegistry()
-	n, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := buildNode(t, cfg, reg)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
