@@ -5,9 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/reverbgo/reverbgo/internal/testenv"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 	"github.com/reverbgo/reverbgo/webhooks"
 	"github.com/reverbgo/reverbgo/webhooks/storetest"
@@ -42,12 +40,7 @@ func TestRedisStore(t *testing.T) {
 // TestRedisStoreCluster runs the suite on a real Redis Cluster (REVERBGO_TEST_REDIS_CLUSTER)
 // under a hash-tagged prefix, as the node uses: every script's keys share one slot.
 func TestRedisStoreCluster(t *testing.T) {
-	addrs := testenv.RedisClusterAddrs(t)
-	if addrs == nil {
-		t.Skip("REVERBGO_TEST_REDIS_CLUSTER not set")
-	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := testutil.RedisCluster(t)
 	storetest.Run(t, func(t *testing.T, n int) ([]webhooks.Store, func(time.Duration)) {
 		prefix := "{test:" + uuid.NewString() + "}:"
 		out := make([]webhooks.Store, n)

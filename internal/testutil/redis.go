@@ -82,3 +82,29 @@ func miniFor(t *testing.T) *miniredis.Miniredis {
 	}
 	return mr
 }
+
+// RealRedis returns a client of the real redis-server of REVERBGO_TEST_REDIS_URL, closed when
+// the test ends, or skips the test when there is none (under CI that fails: see testenv).
+func RealRedis(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	u := testenv.RedisURL(t)
+	if u == "" {
+		t.Skip("REVERBGO_TEST_REDIS_URL not set")
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return closing(t, redis.NewClient(opt))
+}
+
+// RedisCluster returns a client of the Redis Cluster of REVERBGO_TEST_REDIS_CLUSTER, closed
+// when the test ends, or skips the test when there is none (under CI that fails).
+func RedisCluster(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	addrs := testenv.RedisClusterAddrs(t)
+	if addrs == nil {
+		t.Skip("REVERBGO_TEST_REDIS_CLUSTER not set")
+	}
+	return closing(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}))
+}
