@@ -18,7 +18,8 @@
 #
 # Environment: RUNS (3), CONNS (10000), SIDES (soketi reverbgo reverbgo-aa rawserver, plus nbio
 # when bench/nbioserver builds), BENCH_OUT (results; default a new mktemp -d), SERVER_FLAGS
-# (extra config YAML lines for reverbgo's server: block, e.g. "write_coalesce_ms: 0").
+# (extra config YAML lines for reverbgo's server: block, e.g. "write_coalesce_ms: 0"), NBIO_FLAGS
+# (extra nbioserver flags, e.g. "--write-mode message" for nbio's own per-subscriber framing).
 # Measure only on a quiet machine: nothing else running. Only 127.0.0.1 is targeted; every
 # server stops by itself after LIFETIME seconds.
 set -euo pipefail
@@ -76,7 +77,7 @@ start_side() { # side
   rawserver) PID[$1]=$(PORT=${PORT[$1]} "$scripts/start_rawserver.sh" | tail -1) ;;
   nbio)
     GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/nbioserver" --port "${PORT[$1]}" \
-      --app-id "$APP_ID" --key "$APP_KEY" --secret "$APP_SECRET" >>"$BENCH_OUT/nbio.log" 2>&1 </dev/null &
+      --app-id "$APP_ID" --key "$APP_KEY" --secret "$APP_SECRET" --lifetime "${LIFETIME}s" ${NBIO_FLAGS:-} >>"$BENCH_OUT/nbio.log" 2>&1 </dev/null &
     for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/${PORT[$1]}") 2>/dev/null && break; sleep 0.1; done
     PID[$1]=$(pgrep -f "^$BENCH_OUT/nbioserver --port ${PORT[$1]}" | head -1) ;;
   *) start_reverbgo "$1" ;;

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // AppendEvent appends the JSON of one server event {"event","channel","data","user_id"} to dst.
@@ -26,6 +28,13 @@ func AppendEvent(dst []byte, event, channel, data, userID string, dataPresent bo
 	}
 	return append(dst, '}')
 }
+
+// Frame is one complete server-to-client WebSocket frame (ws.AppendFrame): a broadcast is
+// framed once and the same bytes are queued on every subscriber.
+type Frame []byte
+
+// TextFrame frames payload as one text message.
+func TextFrame(payload []byte) Frame { return ws.TextFrame(payload) }
 
 // EventFrame encodes and frames one event with a data string.
 func EventFrame(event, channel, data string) Frame {

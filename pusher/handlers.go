@@ -187,9 +187,9 @@ func (c *Conn) subscribeChannel(name string, kind channels.Kind) {
 		// With scaling the last event is read from Redis: off this goroutine (it reads every
 		// socket of its poller); the barrier keeps subscription_succeeded and the replay
 		// ahead of the channel's later events.
-		go func() { b.release(append(frames, c.cacheReplay(name))...) }()
+		go func() { b.Release(append(frames, c.cacheReplay(name))...) }()
 	} else {
-		b.release(frames...)
+		b.Release(frames...)
 	}
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {
@@ -250,7 +250,7 @@ func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Me
 		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
 		_ = s.publishNoWait(cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
 	}
-	b.release(frames...)
+	b.Release(frames...)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && s.wants(cfg.ID, "channel_occupied") {
 		s.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})

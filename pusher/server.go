@@ -1,5 +1,6 @@
-// Package pusher speaks the Pusher Channels wire protocol: the WebSocket endpoint and its
-// per-connection read and write loops, the event encoding, and the signed HTTP API.
+// Package pusher speaks the Pusher Channels wire protocol over the WebSocket transport of
+// package ws: connection state, client messages, subscriptions and presence, client
+// events, signin, the event encoding, close reasons, and the signed HTTP API.
 package pusher
 
 import (
@@ -7,8 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"log/slog"
-	mrand "math/rand/v2"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,10 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // appState is an app's configuration plus its live counters.
@@ -77,13 +75,10 @@ type Server struct {
 	hooks    Emitter
 	health   func(ctx context.Context) map[string]string
 	cluster  ClusterView
-	maxQueue int
 	now      func() time.Time
-	upgrader websocket.Upgrader
 
-	flushers []*flusher
-	pollers  pollerSet
-	stats    serverStats // metrics.go
+	transport *ws.Server  // accepts, reads and writes the sockets (package ws)
+	stats     serverStats // metrics.go
 
 	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
 	draining atomic.Bool
@@ -106,7 +101,6 @@ func NewServer(opts Options) *Server {
 		hooks:    opts.Webhooks,
 		health:   opts.Health,
 		cluster:  opts.Cluster,
-		maxQueue: opts.MaxQueueBytes,
 		now:      opts.Now,
 		stop:     make(chan struct{}),
 	}
@@ -117,9 +111,6 @@ func NewServer(opts Options) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if s.maxQueue <= 0 {
-		s.maxQueue = DefaultMaxQueueBytes
-	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -129,16 +120,8 @@ func NewServer(opts Options) *Server {
 		s.appsKey[a.cfg.Key] = a
 		s.reg.Subscribe(a.cfg.ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg.ID})
 	}
-	s.upgrader = websocket.Upgrader{
-		ReadBufferSize:  512,
-		WriteBufferPool: &sync.Pool{},
-		CheckOrigin:     func(*http.Request) bool { return true }, // checked per app after upgrade (4009)
-	}
-	s.flushers = newFlushers(s.stop)
-	for _, f := range s.flushers {
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); f.run() }()
-	}
+	// Origin is checked per app after the upgrade (4009), in Accept.
+	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes})
 	s.wg.Add(1)
 	go s.sweepLoop()
 	return s
@@ -158,8 +141,6 @@ func newSocketID() string {
 	c := binary.LittleEndian.Uint64(b[8:]) % 1_000_000_000_000
 	return strconv.FormatUint(a, 10) + "." + strconv.FormatUint(c, 10)
 }
-
-func fastrandn(n uint32) uint32 { return mrand.Uint32N(n) }
 
 // ConnectionCount is the number of open sockets of an app on this node.
 func (s *Server) ConnectionCount(appID string) int {
@@ -295,7 +276,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	// Flushers and the sweeper stop only after the close frames went out.
-	s.stopOnce.Do(func() { close(s.stop); s.stopPollers() })
+	s.stopOnce.Do(func() { close(s.stop); s.transport.Stop() })
 	s.wg.Wait()
 	return err
 }

@@ -104,13 +104,6 @@ func (c *Conn) offPoller(ctx context.Context, fn func(context.Context)) {
 	}
 }
 
-// isClosing reports whether the connection is ending (queued work for it is skipped).
-func (c *Conn) isClosing() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closing || c.closed
-}
-
 // taskCounters are the server's task gauges.
 type taskCounters struct {
 	pendingTasks atomic.Int64  // queued or running tasks of every connection

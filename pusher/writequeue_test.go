@@ -2,7 +2,6 @@ package pusher
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // serverFrame is one frame as a strict client reads it.
@@ -38,7 +38,7 @@ func readServerFrame(r *bufio.Reader) (serverFrame, error) {
 	}
 	op := h[0] & 0x0F
 	switch op {
-	case opText, opClose, opPing, opPong:
+	case ws.OpText, ws.OpClose, ws.OpPing, ws.OpPong:
 	default:
 		return serverFrame{}, fmt.Errorf("bad opcode %#x", op)
 	}
@@ -57,7 +57,7 @@ func readServerFrame(r *bufio.Reader) (serverFrame, error) {
 		}
 		n = binary.BigEndian.Uint64(b[:])
 	}
-	if n > 64<<20 || (op >= opClose && n > maxControlPayload) {
+	if n > 64<<20 || (op >= ws.OpClose && n > ws.MaxControlPayload) {
 		return serverFrame{}, fmt.Errorf("bad length %d for opcode %#x", n, op)
 	}
 	p := make([]byte, n)
@@ -91,8 +91,8 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 	// presence subscribe sent at t=1 ms reads the member list (20 ms, as a slow Redis), so
 	// it begins holding frames back at about t=21 ms and lets subscription_succeeded go at
 	// about t=41 ms, after the writer dealt with its remainder.
-	testHookPartialWrite = func() { time.Sleep(30 * time.Millisecond) }
-	t.Cleanup(func() { testHookPartialWrite = nil })
+	ws.TestHookPartialWrite = func() { time.Sleep(30 * time.Millisecond) }
+	t.Cleanup(func() { ws.TestHookPartialWrite = nil })
 	store := &slowPresence{PresenceStore: channels.NewMemoryPresence(), delay: 20 * time.Millisecond}
 	reg := channels.NewRegistry(channels.Options{Presence: store})
 	ts := newServer(t, withOptions(func(o *Options) { o.MaxQueueBytes = 256 << 20; o.Registry = reg }))
@@ -103,7 +103,7 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 	// A slow link: the server's socket takes 64 KiB at a time, so a 1 MiB frame always
 	// leaves the non-blocking write with a remainder.
 	ts.s.sockets.each(func(c *Conn) {
-		_ = c.raw.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 64<<10) })
+		_ = c.ws.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 64<<10) })
 	})
 
 	const channels = 50
@@ -129,7 +129,7 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 				mu.Unlock()
 				return
 			}
-			if f.op != opText {
+			if f.op != ws.OpText {
 				continue
 			}
 			var ev struct {
@@ -222,17 +222,6 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 	}
 }
 
-// queuedBytesOf is how much the server holds for the raw client's only connection.
-func queuedBytesOf(ts *tserver, _ *rawConn) int {
-	n := 0
-	ts.s.sockets.each(func(c *Conn) {
-		c.mu.Lock()
-		n += c.queuedBytes
-		c.mu.Unlock()
-	})
-	return n
-}
-
 func isDone(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -261,75 +250,12 @@ func (p *slowPresence) Members(ctx context.Context, app, channel string) ([]chan
 	return p.PresenceStore.Members(ctx, app, channel)
 }
 
-// Barriers nest, release in any order, and a close drops what waits behind an unreleased
-// one; the queue only ever grows at its end.
-func TestWriteBarrierOrder(t *testing.T) {
-	f := func(s string) []byte { return []byte(s) }
-	tests := []struct {
-		name string
-		run  func(c *Conn)
-		want string
-	}{
-		{"no barrier", func(c *Conn) { c.Send(f("a")); c.Send(f("b")) }, "a b"},
-		{"held until released", func(c *Conn) {
-			c.Send(f("pre"))
-			b := c.holdWrites()
-			c.Send(f("ev"))
-			b.release(f("ok"))
-			c.Send(f("post"))
-		}, "pre ok ev post"},
-		{"nested, released inner first", func(c *Conn) {
-			b1 := c.holdWrites()
-			c.Send(f("e1"))
-			b2 := c.holdWrites()
-			c.Send(f("e2"))
-			b2.release(f("s2"))
-			c.Send(f("e3"))
-			b1.release(f("s1"))
-		}, "s1 e1 s2 e2 e3"},
-		{"close with an open barrier", func(c *Conn) {
-			c.Send(f("pre"))
-			b1 := c.holdWrites()
-			c.Send(f("e1"))
-			b1.release(f("s1"))
-			b2 := c.holdWrites()
-			c.Send(f("e2"))
-			c.closeWith(CloseServerShutdown)
-			b2.release(f("late"))
-			c.Send(f("after"))
-		}, "pre s1 e1 pusher:error close"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := &Conn{srv: &Server{}, maxBytes: 1 << 20, flushed: make(chan struct{}), writing: true} // no writer runs
-			tt.run(c)
-			var got []string
-			for _, b := range c.queue {
-				switch {
-				case len(b) > 0 && b[0] == 0x80|opClose:
-					got = append(got, "close")
-				case bytes.Contains(b, []byte("pusher:error")):
-					got = append(got, "pusher:error")
-				default:
-					got = append(got, string(b))
-				}
-			}
-			if strings.Join(got, " ") != tt.want {
-				t.Fatalf("queue %q, want %q", got, tt.want)
-			}
-			if c.heldBytes != 0 || len(c.barriers) != 0 {
-				t.Fatalf("held %d bytes in %d barriers after every release", c.heldBytes, len(c.barriers))
-			}
-		})
-	}
-}
-
 // A close that lands while a partial write is pending and a presence subscribe holds a
 // barrier open: the stream still parses to the end, ends with the close frame (4200), and
 // the subscribe's late answer is never written after it.
 func TestWriteQueueCloseDuringPartialWriteAndBarrier(t *testing.T) {
-	testHookPartialWrite = func() { time.Sleep(30 * time.Millisecond) }
-	t.Cleanup(func() { testHookPartialWrite = nil })
+	ws.TestHookPartialWrite = func() { time.Sleep(30 * time.Millisecond) }
+	t.Cleanup(func() { ws.TestHookPartialWrite = nil })
 	store := &slowPresence{PresenceStore: channels.NewMemoryPresence(), delay: 20 * time.Millisecond}
 	reg := channels.NewRegistry(channels.Options{Presence: store})
 	ts := newServer(t, withOptions(func(o *Options) { o.MaxQueueBytes = 256 << 20; o.Registry = reg }))
@@ -340,7 +266,7 @@ func TestWriteQueueCloseDuringPartialWriteAndBarrier(t *testing.T) {
 	var conn *Conn
 	ts.s.sockets.each(func(c *Conn) {
 		conn = c
-		_ = c.raw.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 64<<10) })
+		_ = c.ws.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 64<<10) })
 	})
 	bigData := []byte(`"` + strings.Repeat("b", 1<<20) + `"`)
 
@@ -366,15 +292,15 @@ func TestWriteQueueCloseDuringPartialWriteAndBarrier(t *testing.T) {
 	for {
 		f, err := readServerFrame(br)
 		if err != nil {
-			if last.op != opClose {
+			if last.op != ws.OpClose {
 				t.Fatalf("stream ended without a close frame (last opcode %#x, %d subscribes answered): %v", last.op, succeeded, err)
 			}
 			break
 		}
-		if last.op == opClose {
+		if last.op == ws.OpClose {
 			t.Fatalf("frame after the close frame: %.80q", f.payload)
 		}
-		if f.op == opText {
+		if f.op == ws.OpText {
 			var ev struct {
 				Event string `json:"event"`
 			}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package pusher
+package ws
 
 import "net"
 

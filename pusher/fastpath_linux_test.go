@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/reverbgo/reverbgo/config"
 )
 
@@ -56,12 +54,23 @@ func rawHead(t *testing.T, addr string, pieces ...string) (string, []byte, net.C
 	return head.String(), frame, nc
 }
 
+// goodHead is an upgrade as Go's WebSocket clients send it.
+const goodHead = "GET /app/app-key?protocol=7&client=js&version=8.4.0 HTTP/1.1\r\n" +
+	"Host: 127.0.0.1:6001\r\n" +
+	"User-Agent: Go-http-client/1.1\r\n" +
+	"Connection: Upgrade\r\n" +
+	"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
+	"Sec-WebSocket-Version: 13\r\n" +
+	"Upgrade: websocket\r\n" +
+	"\r\n"
+
 func wsHead(key string) string {
 	return strings.Replace(goodHead, "app-key", key, 1)
 }
 
-// The fast path answers byte for byte as gorilla did, with connection_established in the
-// same response, and the socket then works like any other.
+// The Pusher side of the fast path (the transport's own tests are in package ws): the
+// fast path answers byte for byte as gorilla does, with the same connection_established
+// in the response, and the socket then speaks the protocol.
 func TestFastListenerSameResponse(t *testing.T) {
 	slow := newServer(t, withStdListener())
 	fast := newServer(t, withFastListener())
@@ -98,17 +107,8 @@ func TestFastListenerSameResponse(t *testing.T) {
 	}
 }
 
-// A head that arrives in pieces is completed on the poller.
-func TestFastListenerSplitHead(t *testing.T) {
-	fast := newServer(t, withFastListener())
-	h := wsHead(testKey)
-	head, frame, _ := rawHead(t, fast.ts.Listener.Addr().String(), h[:20], h[20:100], h[100:])
-	if !strings.HasPrefix(head, "HTTP/1.1 101 ") || !bytes.Contains(frame, []byte("connection_established")) {
-		t.Fatalf("split head: %q %q", head, frame)
-	}
-}
-
-// Everything the fast path does not take reaches net/http with its bytes intact.
+// Refusals on the fast path go the portable way and keep their Pusher codes; /up and
+// keep-alive requests are net/http's.
 func TestFastListenerFallbacks(t *testing.T) {
 	fast := newServer(t, withFastListener(), withApp(func(a *config.App) { a.AllowedOrigins = []string{"example.com"} }))
 	addr := fast.ts.Listener.Addr().String()
@@ -129,6 +129,12 @@ func TestFastListenerFallbacks(t *testing.T) {
 		if !strings.HasPrefix(head, "HTTP/1.1 101 ") || !bytes.Contains(frame, []byte(`\"code\":`+strconv.Itoa(tc.code))) {
 			t.Errorf("%s: %q %q", tc.name, head, frame)
 		}
+	}
+	// The fast path's refusal is tentative: each refusal is counted once, by the portable
+	// path that sends it.
+	app := fast.s.appsKey[testKey]
+	if n, m := fast.s.stats.unknownRefused[CloseAppNotFound].Load(), app.stats.refused[CloseOriginNotAllowed].Load()+app.stats.refused[CloseUnsupportedProtocol].Load(); n != 1 || m != 2 {
+		t.Errorf("refusals counted: %d unknown app (want 1), %d origin+protocol (want 2)", n, m)
 	}
 	// A version the server does not speak gets ServeWS's 426 with the version it does.
 	head, frame, _ := rawHead(t, addr, strings.Replace(wsHead(testKey), "Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8", 1))
@@ -155,26 +161,5 @@ func TestFastListenerFallbacks(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-	}
-}
-
-// Accepted sockets inherit TCP_NODELAY from the listener: without it, Nagle holds back
-// every small frame that follows an unacknowledged one.
-func TestFastListenerNoDelay(t *testing.T) {
-	fast := newServer(t, withFastListener())
-	rawHead(t, fast.ts.Listener.Addr().String(), wsHead(testKey))
-	// The 101 leaves a moment before the socket is registered.
-	eventually(t, "socket registered", func() bool {
-		n := 0
-		fast.s.sockets.each(func(*Conn) { n++ })
-		return n > 0
-	})
-	var nodelay int
-	var err error
-	fast.s.sockets.each(func(c *Conn) {
-		_ = c.raw.Control(func(fd uintptr) { nodelay, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY) })
-	})
-	if err != nil || nodelay == 0 {
-		t.Fatalf("TCP_NODELAY %d %v", nodelay, err)
 	}
 }

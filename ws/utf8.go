@@ -1,4 +1,4 @@
-package pusher
+package ws
 
 import "unicode/utf8"
 
@@ -55,6 +55,3 @@ func (u *utf8Stream) write(p []byte, final bool) bool {
 	}
 	return true
 }
-
-// reset forgets a carried partial code point (a message ended or was abandoned).
-func (u *utf8Stream) reset() { u.n = 0 }

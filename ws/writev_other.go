@@ -1,6 +1,6 @@
 //go:build !unix
 
-package pusher
+package ws
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 const haveWritev = false
 
 func (f *flusher) writev(syscall.RawConn, net.Buffers) (net.Buffers, error) {
-	return nil, errors.New("pusher: writev is not available on this platform")
+	return nil, errors.New("ws: writev is not available on this platform")
 }
 
 type iovecs = []struct{}

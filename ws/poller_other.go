@@ -1,6 +1,6 @@
 //go:build !linux
 
-package pusher
+package ws
 
 // pollerSet is empty where there is no epoll: every connection has a reader goroutine.
 type pollerSet struct{}

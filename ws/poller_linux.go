@@ -1,6 +1,6 @@
 //go:build linux
 
-package pusher
+package ws
 
 import (
 	"runtime"
@@ -16,7 +16,7 @@ import (
 const pollReadSize = 16 << 10
 
 // poller reads plain-TCP client sockets without a goroutine per connection: one goroutine
-// waits on an epoll set and parses whatever arrives (wsReader), so an idle connection holds
+// waits on an epoll set and parses whatever arrives (frameReader), so an idle connection holds
 // no stack and no read buffer.
 //
 // The set is level-triggered (EPOLLIN|EPOLLRDHUP) and each ready socket gets one read per
@@ -25,10 +25,9 @@ const pollReadSize = 16 << 10
 // with more than one buffer's worth pending would have to be drained before the next one
 // gets its turn. Level triggering simply reports it again on the next wait.
 //
-// Handlers (Conn.handle) run on the poller goroutine and must never block: they only
-// touch in-memory state and queue frames with Send; whatever may wait on Redis (presence,
-// the cluster socket index) runs on the connection's task goroutine (tasks.go); a
-// broker's Publish never waits.
+// Sessions (Session.OnFrame) run on the poller goroutine and must never block: they may
+// only touch in-memory state and queue frames; whatever may wait on the network runs on a
+// goroutine of the protocol's.
 type poller struct {
 	epfd   int
 	wakefd int // eventfd that interrupts EpollWait at shutdown
@@ -43,6 +42,7 @@ type poller struct {
 	acc          atomic.Pointer[acceptor] // the listener in this epoll set, if any
 	hs           map[int32]*handshake     // accepted sockets whose head is incomplete
 	out          []byte                   // scratch for 101 responses
+	req          Request                  // scratch for the Handler's Accept
 	acceptPaused int64                    // unix nanoseconds to re-register the listener, 0 if not paused
 }
 
@@ -85,7 +85,7 @@ func (s *Server) stopPollers() {
 		_, _ = unix.Write(p.wakefd, one[:])
 	}
 	if a := s.pollers.acc.Load(); a != nil {
-		a.handOff() // keep answering (4200 while draining) until the listener is closed
+		a.handOff() // keep answering (the Handler refuses while draining) until the listener is closed
 	}
 }
 
@@ -117,7 +117,7 @@ func newPoller(stop <-chan struct{}) (*poller, error) {
 
 // startReader hands c to a poller instead of a reader goroutine. It reports false (the
 // caller then starts readLoop) for TLS or when epoll is unavailable. The caller has queued
-// connection_established, so no reply to a client message can precede it.
+// the greeting, so no reply to a client message can precede it.
 func (s *Server) startReader(c *Conn) bool {
 	if c.raw == nil {
 		return false
@@ -143,10 +143,7 @@ func (s *Server) startReader(c *Conn) bool {
 	if err != nil || addErr != nil {
 		// Closed by a concurrent abort before it was registered: end it here.
 		c.polled.Store(false)
-		go func() {
-			defer s.active.Done()
-			c.cleanup()
-		}()
+		go c.cleanup()
 	}
 	c.ws = nil // gorilla's Conn and its read buffer are not needed any more
 	return true
@@ -232,7 +229,7 @@ func (p *poller) read(c *Conn, events uint32) {
 	case rerr == unix.EAGAIN || n < 0:
 		return
 	}
-	switch res := c.rd.feed(p.buf[:n], c.app.cfg.MaxMessageSize, c); res {
+	switch res := c.rd.feed(p.buf[:n], c.limit, (*frames)(c)); res {
 	case 0:
 		if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && n < len(p.buf) {
 			p.end(c) // the peer half-closed and everything it sent was read
@@ -258,17 +255,12 @@ func (p *poller) end(c *Conn) {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	})
 	c.polled.Store(false)
-	c.rd = wsReader{}
-	s := c.srv
+	c.rd = frameReader{}
 	if c.mustAwaitFlush() {
-		go func() {
-			defer s.active.Done()
-			c.cleanup()
-		}()
+		go c.cleanup()
 		return
 	}
 	c.cleanup()
-	s.active.Done()
 }
 
 // shutdownSocket stops the socket without closing its fd (how).

@@ -1,8 +1,9 @@
 //go:build linux
 
-package pusher
+package ws
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"sync"
@@ -22,12 +23,12 @@ const acceptBatch = 32
 
 // FastListener serves WebSocket upgrades without net/http, echo or gorilla, and without
 // Go's runtime poller: the pollers accept from ln's socket themselves, read the request
-// head, and for a plain GET {prefix}/app/{key} upgrade that would be admitted they write
-// the 101 response with connection_established and register the socket for reading, all
-// on the poller goroutine. Every other connection (API, /up, the bridge, refusals,
-// anything unusual) is handed, with the bytes already read replayed first, to whoever
-// calls Accept on the returned listener: http.Server. Use it for plain TCP only; where
-// epoll is unavailable ln is returned unchanged.
+// head, and for a plain GET {prefix}{name} upgrade that the Handler accepts they write the
+// 101 response with the greeting and register the socket for reading, all on the poller
+// goroutine. Every other connection (other routes, refusals, anything unusual) is handed,
+// with the bytes already read replayed first, to whoever calls Accept on the returned
+// listener: http.Server, whose route for the upgrade calls Upgrade. Use it for plain TCP
+// only; where epoll is unavailable ln is returned unchanged.
 func (s *Server) FastListener(ln net.Listener, prefix string) net.Listener {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok || s.poller() == nil {
@@ -116,9 +117,9 @@ func (a *acceptor) Close() error {
 	return nil
 }
 
-// handOff keeps the listener served once the pollers have stopped (Shutdown): a goroutine
-// accepts through Go's poller and hands everything to http.Server, which refuses
-// WebSocket clients with 4200 while draining, until the listener is closed.
+// handOff keeps the listener served once the pollers have stopped (Stop): a goroutine
+// accepts through Go's poller and hands everything to http.Server (a draining Handler
+// refuses WebSocket clients there) until the listener is closed.
 func (a *acceptor) handOff() {
 	a.mu.RLock()
 	nfd := -1
@@ -307,24 +308,26 @@ func (p *poller) headData(a *acceptor, fd int, h *handshake, data []byte) {
 	}
 }
 
-// upgrade admits and upgrades the connection as ServeWS does. It reports false, having
-// changed nothing, when the connection must be refused: the slow path then refuses it
-// with the same close code after its own 101.
+// upgrade asks the Handler and upgrades the connection as Upgrade does. It reports false,
+// having changed nothing, when the connection is refused: the portable path then asks
+// again and refuses it after its own 101.
 func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *upgradeHead) bool {
 	s := a.srv
-	app := s.appsKey[string(head.appKey)]
-	origin := ""
-	if app != nil && len(app.cfg.AllowedOrigins) > 0 {
-		origin = string(head.origin)
-	}
-	if s.admitRaw(app, origin, func() bool { return protocolSupportedRaw(head.query) }) != CloseNone {
+	req := &p.req // reused: a Request per connection would escape to the heap
+	*req = Request{Name: head.Name, Query: head.Query, Origin: head.Origin, Tentative: true}
+	out := append(p.out[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
+	out = appendAcceptKey(out, head.Key)
+	out = append(out, "\r\n\r\n"...)
+	d := s.handler.Accept(req, out)
+	*req = Request{}
+	if d.Session == nil {
 		return false
 	}
-	socketID := s.unusedSocketID()
-	out := append(p.out[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
-	out = appendAcceptKey(out, head.wsKey)
-	out = append(out, "\r\n\r\n"...)
-	out = appendEstablished(out, socketID, app.cfg.ActivityTimeout)
+	if bytes.HasPrefix(d.Greeting, out) {
+		out = d.Greeting // the 101 with the greeting appended, as Accept is asked to
+	} else {
+		out = append(out, d.Greeting...)
+	}
 	p.out = out[:0]
 	if registered {
 		delete(p.hs, int32(fd))
@@ -334,13 +337,13 @@ func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *upgradeHead
 	n, err := unix.Write(fd, out)
 	if err != nil || n != len(out) {
 		_ = unix.Close(fd)
-		app.conns.Add(-1)
+		d.Session.OnClose(CauseHandshake)
 		return true
 	}
-	c := &Conn{srv: s, app: app, socketID: socketID, maxBytes: s.maxQueue, flushed: make(chan struct{})}
+	c := s.newConn(&d)
 	c.fdc.fd = fd
 	c.netConn, c.raw = &c.fdc, (*fdRaw)(&c.fdc)
-	if !s.register(c) {
+	if !s.open(c) {
 		return true
 	}
 	c.polled.Store(true) // from now on abort shuts the socket down instead of closing it
@@ -355,10 +358,7 @@ func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *upgradeHead
 			delete(p.conns, c.fd)
 			p.mu.Unlock()
 			c.polled.Store(false)
-			go func() {
-				defer s.active.Done()
-				c.cleanup()
-			}()
+			go c.cleanup()
 		}
 	}
 	return true

@@ -1,6 +1,6 @@
 //go:build unix
 
-package pusher
+package ws
 
 import (
 	"net"

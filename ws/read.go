@@ -1,25 +1,20 @@
-package pusher
+package ws
 
 import (
 	"encoding/binary"
 	"unicode/utf8"
 )
 
-// Opcodes the client-frame parser accepts besides those the writer uses (frame.go).
+// Close codes (RFC 6455 §7.4.1): the parser answers protocol violations with the last three.
 const (
-	opContinuation = 0x0
-	opBinary       = 0x2
+	CloseNormal         = 1000
+	CloseProtocolError  = 1002
+	CloseInvalidPayload = 1007
+	CloseTooBig         = 1009
 )
 
-// Close codes the parser answers protocol violations with (RFC 6455 §7.4.1).
-const (
-	closeProtocolError  = 1002
-	closeInvalidPayload = 1007
-	closeTooBig         = 1009
-)
-
-// maxControlPayload is the largest payload of a control frame (RFC 6455 §5.5).
-const maxControlPayload = 125
+// MaxControlPayload is the largest payload of a control frame (RFC 6455 §5.5).
+const MaxControlPayload = 125
 
 // feedStop is what feed returns when the handler asked it to stop (after a close frame).
 const feedStop = -1
@@ -28,17 +23,17 @@ const feedStop = -1
 // it points into the poller's read buffer or the connection's partial-frame buffer.
 type frameHandler interface {
 	// onFrame is called for every complete frame: with op text or binary and the whole
-	// message once the final fragment arrives, with opContinuation and a nil payload for a
+	// message once the final fragment arrives, with OpContinuation and a nil payload for a
 	// non-final fragment (so the caller can record activity), and with each control frame.
 	// Returning false stops the parser (the connection is ending).
 	onFrame(op byte, payload []byte) bool
 }
 
-// wsReader parses RFC 6455 client-to-server frames from a byte stream delivered in
+// frameReader parses RFC 6455 client-to-server frames from a byte stream delivered in
 // arbitrary pieces. Between frames it holds no buffer: partial is allocated only while a
 // frame is split across reads and msg only while a fragmented message is incomplete, so
 // an idle connection costs nothing but this struct.
-type wsReader struct {
+type frameReader struct {
 	partial []byte     // the bytes of the frame being received; nil between frames
 	msg     []byte     // payload of the fragmented message so far
 	msgOp   byte       // opcode of the fragmented message in progress, 0 if none
@@ -72,36 +67,36 @@ func headerNeed(b []byte) int {
 
 // check validates the first two header bytes against the RFC and the parser's state; it
 // returns a close code or 0.
-func (r *wsReader) check(b0, b1 byte) int {
+func (r *frameReader) check(b0, b1 byte) int {
 	if b0&0x70 != 0 { // RSV1-3: no extension is ever negotiated
-		return closeProtocolError
+		return CloseProtocolError
 	}
 	if b1&0x80 == 0 { // clients must mask (RFC 6455 §5.1)
-		return closeProtocolError
+		return CloseProtocolError
 	}
 	fin := b0&0x80 != 0
 	switch op := b0 & 0x0F; op {
-	case opContinuation:
+	case OpContinuation:
 		if !r.inMsg {
-			return closeProtocolError
+			return CloseProtocolError
 		}
-	case opText, opBinary:
+	case OpText, OpBinary:
 		if r.inMsg {
-			return closeProtocolError
+			return CloseProtocolError
 		}
-	case opClose, opPing, opPong:
-		if !fin || b1&0x7F > maxControlPayload {
-			return closeProtocolError
+	case OpClose, OpPing, OpPong:
+		if !fin || b1&0x7F > MaxControlPayload {
+			return CloseProtocolError
 		}
 	default:
-		return closeProtocolError
+		return CloseProtocolError
 	}
 	return 0
 }
 
 // parseHeader decodes a complete header (len(b) >= headerNeed(b)); it returns a close
 // code for an invalid one. limit bounds a data message's total payload (<= 0: no limit).
-func (r *wsReader) parseHeader(b []byte, limit int) (frameHeader, int) {
+func (r *frameReader) parseHeader(b []byte, limit int) (frameHeader, int) {
 	var h frameHeader
 	if code := r.check(b[0], b[1]); code != 0 {
 		return h, code
@@ -118,14 +113,14 @@ func (r *wsReader) parseHeader(b []byte, limit int) (frameHeader, int) {
 		n = binary.BigEndian.Uint64(b[2:])
 		p = 10
 		if n>>63 != 0 {
-			return h, closeProtocolError
+			return h, CloseProtocolError
 		}
 	}
-	if h.op < opClose && limit > 0 && n > uint64(limit-len(r.msg)) {
-		return h, closeTooBig // as gorilla's read limit: the message so far plus this frame
+	if h.op < OpClose && limit > 0 && n > uint64(limit-len(r.msg)) {
+		return h, CloseTooBig // as gorilla's read limit: the message so far plus this frame
 	}
 	if n > 1<<31 { // unreachable with a limit; keeps int conversions safe without one
-		return h, closeTooBig
+		return h, CloseTooBig
 	}
 	copy(h.mask[:], b[p:p+4])
 	h.length = int(n)
@@ -138,7 +133,7 @@ func (r *wsReader) parseHeader(b []byte, limit int) (frameHeader, int) {
 // violation (1002), text that is not UTF-8 (1007) or an oversized message (1009, decided
 // from the header before the payload is buffered); after a non-zero result the
 // connection must end. data is unmasked in place.
-func (r *wsReader) feed(data []byte, limit int, h frameHandler) int {
+func (r *frameReader) feed(data []byte, limit int, h frameHandler) int {
 	if r.partial != nil {
 		var res int
 		if data, res = r.feedPartial(data, limit, h); res != 0 || r.partial != nil {
@@ -175,7 +170,7 @@ func (r *wsReader) feed(data []byte, limit int, h frameHandler) int {
 
 // feedPartial completes the buffered frame from data and returns what is left of data.
 // r.partial stays non-nil while the frame is still incomplete.
-func (r *wsReader) feedPartial(data []byte, limit int, h frameHandler) ([]byte, int) {
+func (r *frameReader) feedPartial(data []byte, limit int, h frameHandler) ([]byte, int) {
 	for {
 		need := headerNeed(r.partial)
 		if len(r.partial) >= need {
@@ -209,17 +204,17 @@ func (r *wsReader) feedPartial(data []byte, limit int, h frameHandler) ([]byte, 
 // frame handles one complete frame whose payload is still masked. Text is validated as
 // UTF-8 fragment by fragment, so an invalid byte ends the connection (1007) in the frame
 // that carries it, while a code point split between fragments is fine.
-func (r *wsReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
+func (r *frameReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
 	unmask(payload, hdr.mask)
 	op := hdr.op
 	switch {
-	case op >= opClose:
-		if op == opClose && !validClosePayload(payload) {
-			return closeProtocolError
+	case op >= OpClose:
+		if op == OpClose && !validClosePayload(payload) {
+			return CloseProtocolError
 		}
-	case op == opContinuation:
-		if r.msgOp == opText && !r.text.write(payload, hdr.fin) {
-			return closeInvalidPayload
+	case op == OpContinuation:
+		if r.msgOp == OpText && !r.text.write(payload, hdr.fin) {
+			return CloseInvalidPayload
 		}
 		r.msg = append(r.msg, payload...)
 		if !hdr.fin {
@@ -229,15 +224,15 @@ func (r *wsReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
 		op, payload = r.msgOp, r.msg
 		r.msg, r.msgOp, r.inMsg = nil, 0, false
 	case !hdr.fin: // first fragment of a message
-		if op == opText && !r.text.write(payload, false) {
-			return closeInvalidPayload
+		if op == OpText && !r.text.write(payload, false) {
+			return CloseInvalidPayload
 		}
 		r.msg = append(make([]byte, 0, 2*len(payload)+64), payload...)
 		r.msgOp, r.inMsg = op, true
-		op, payload = opContinuation, nil
-	case op == opText:
+		op, payload = OpContinuation, nil
+	case op == OpText:
 		if !utf8.Valid(payload) {
-			return closeInvalidPayload
+			return CloseInvalidPayload
 		}
 	}
 	if !h.onFrame(op, payload) {

@@ -1,0 +1,54 @@
+// Package ws is the WebSocket transport (RFC 6455) under the Pusher protocol: the
+// listener and its epoll pollers, the upgrade, the frame reader and writer, the byte-bounded
+// write queue drained by writev flushers, and the portable fallback (gorilla, TLS). It knows
+// nothing of Pusher: it hands whole messages up to a Session and takes pre-framed bytes
+// down, so a broadcast is framed once and the same bytes go to every subscriber.
+package ws
+
+import "encoding/binary"
+
+// WebSocket opcodes (RFC 6455 §5.2).
+const (
+	OpContinuation = 0x0
+	OpText         = 0x1
+	OpBinary       = 0x2
+	OpClose        = 0x8
+	OpPing         = 0x9
+	OpPong         = 0xA
+)
+
+// AppendFrame appends a FIN frame with the given opcode and payload to dst: a complete,
+// unmasked server-to-client frame.
+func AppendFrame(dst []byte, opcode byte, payload []byte) []byte {
+	n := len(payload)
+	dst = append(dst, 0x80|opcode)
+	switch {
+	case n < 126:
+		dst = append(dst, byte(n))
+	case n <= 0xFFFF:
+		dst = append(dst, 126, byte(n>>8), byte(n))
+	default:
+		dst = append(dst, 127)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(n))
+	}
+	return append(dst, payload...)
+}
+
+// AppendTextFrame appends payload framed as one text message to dst.
+func AppendTextFrame(dst, payload []byte) []byte { return AppendFrame(dst, OpText, payload) }
+
+// TextFrame frames payload as one text message in a buffer of its own.
+func TextFrame(payload []byte) []byte {
+	return AppendFrame(make([]byte, 0, len(payload)+10), OpText, payload)
+}
+
+// CloseFrame builds a close frame carrying code and a reason (truncated to fit 125 bytes).
+func CloseFrame(code int, reason string) []byte {
+	if len(reason) > 123 {
+		reason = reason[:123]
+	}
+	p := make([]byte, 2, 2+len(reason))
+	binary.BigEndian.PutUint16(p, uint16(code))
+	p = append(p, reason...)
+	return AppendFrame(nil, OpClose, p)
+}

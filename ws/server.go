@@ -1,0 +1,136 @@
+package ws
+
+import (
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"sync"
+
+	"github.com/gorilla/websocket"
+)
+
+// DefaultMaxQueueBytes bounds what may wait for one slow client before it is cut off.
+const DefaultMaxQueueBytes = 1 << 20
+
+// Request is what a Handler decides an upgrade on. The slices are only valid during
+// Accept (on the fast path they point into the poller's buffer).
+type Request struct {
+	Name   []byte // the path's last segment (after the fast path's prefix; the route's parameter)
+	Query  []byte // raw query without '?'
+	Origin []byte // the Origin header, nil if none
+	// Tentative is set on the fast path: a refusal is not final there, the connection is
+	// handed to the portable path (net/http), which asks again and sends Refusal. A
+	// handler counts and logs refusals only when Tentative is false.
+	Tentative bool
+}
+
+// Decision is a Handler's answer to an upgrade.
+type Decision struct {
+	// Session receives the connection's frames; nil refuses the connection.
+	Session Session
+	// Greeting is pre-framed bytes sent in the same write as the 101 response: the
+	// buffer Accept was given with them appended (so the fast path copies nothing).
+	Greeting []byte
+	// MaxMessageSize bounds one data message (<= 0: no bound); a bigger one closes 1009.
+	MaxMessageSize int
+	// Refusal is pre-framed bytes sent after the 101 of a refused connection (the
+	// protocol's error and close frame); the server then waits briefly for the peer's
+	// close and drops the socket.
+	Refusal []byte
+}
+
+// Handler is the protocol's side of the upgrade. Accept runs on a poller goroutine (fast
+// path) or net/http's (portable path) and must not block.
+type Handler interface {
+	Accept(req *Request, greeting []byte) Decision
+}
+
+// Session is the protocol's side of one connection. Its methods run on the goroutine
+// that reads the socket (a poller serving many sockets) and must never block.
+type Session interface {
+	// OnOpen is called once the 101 and the greeting were written, before any frame is
+	// read. Returning false drops the socket, and OnClose is not called.
+	OnOpen(c *Conn) bool
+	// OnFrame is called for every frame read: a data message (OpText, validated UTF-8, or
+	// OpBinary) whole once its last fragment arrived, OpContinuation with a nil payload
+	// for a non-final fragment (on the fast path), and each control frame. The transport
+	// answers a ping with a pong and a close frame with a close itself, after OnFrame.
+	// payload is only valid during the call.
+	OnFrame(op byte, payload []byte)
+	// OnClose is called once when the connection has ended, with the first cause
+	// recorded; also, without OnOpen, when the handshake's write failed (CauseHandshake).
+	OnClose(cause Cause)
+}
+
+// Options configures a Server.
+type Options struct {
+	Handler       Handler
+	Logger        *slog.Logger
+	MaxQueueBytes int // per-connection outbound bound (default DefaultMaxQueueBytes)
+}
+
+// Server accepts WebSocket connections for one Handler: on Linux through epoll pollers
+// and the fast upgrade path (FastListener), elsewhere and for TLS through net/http and
+// gorilla's upgrader (Upgrade). Its flushers write every connection's queue.
+type Server struct {
+	handler  Handler
+	log      *slog.Logger
+	maxQueue int
+	upgrader websocket.Upgrader
+
+	flushers []*flusher
+	pollers  pollerSet
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup // flushers and pollers
+}
+
+// NewServer starts the flushers; pollers start on first use.
+func NewServer(opts Options) *Server {
+	s := &Server{handler: opts.Handler, log: opts.Logger, maxQueue: opts.MaxQueueBytes, stop: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxQueue <= 0 {
+		s.maxQueue = DefaultMaxQueueBytes
+	}
+	s.upgrader = websocket.Upgrader{
+		ReadBufferSize:  512,
+		WriteBufferPool: &sync.Pool{},
+		CheckOrigin:     func(*http.Request) bool { return true }, // the Handler judges Origin
+	}
+	s.flushers = newFlushers(s.stop)
+	for _, f := range s.flushers {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); f.run() }()
+	}
+	return s
+}
+
+// Stop ends the flushers and pollers; call it once every connection has closed (or been
+// aborted). A FastListener keeps handing new connections to net/http until it is closed.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() { close(s.stop); s.stopPollers() })
+	s.wg.Wait()
+}
+
+// newConn builds a connection for an accepted Decision.
+func (s *Server) newConn(d *Decision) *Conn {
+	return &Conn{
+		srv: s, session: d.Session, limit: d.MaxMessageSize, maxBytes: s.maxQueue,
+		flushed: make(chan struct{}),
+		fl:      s.flushers[int(fastrandn(uint32(len(s.flushers))))],
+	}
+}
+
+// open hands the connection to its Session; false means it was dropped.
+func (s *Server) open(c *Conn) bool {
+	if !c.session.OnOpen(c) {
+		_ = c.netConn.Close()
+		return false
+	}
+	return true
+}
+
+func fastrandn(n uint32) uint32 { return mrand.Uint32N(n) }
