@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -50,18 +49,14 @@ func TestObserverSeesAttempts(t *testing.T) {
 	}
 
 	// Nothing listens here: the error must not repeat the URL with its password.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://user:pa55word@" + ln.Addr().String() + "/x"
-	ln.Close()
+	deadAddr := testutil.FreeAddr(t)
+	dead := "http://user:pa55word@" + deadAddr + "/x"
 	rec2 := &hookRecorder{}
 	d2 := start(t, testOptions(&syncBuffer{}), app("2", "k", "s", hook(dead)))
 	d2.SetObserver(rec2)
 	d2.Emit("2", ev("member_added", "b"))
 	testutil.WaitFor(t, "a failed attempt", func() bool { return len(rec2.snapshot()) > 0 })
-	if line := rec2.snapshot()[0]; !strings.HasPrefix(line, "failed 2 http://"+ln.Addr().String()+"/x 1 1 ") || strings.Contains(line, "pa55word") {
+	if line := rec2.snapshot()[0]; !strings.HasPrefix(line, "failed 2 http://"+deadAddr+"/x 1 1 ") || strings.Contains(line, "pa55word") {
 		t.Fatalf("failure line %q", line)
 	}
 	d.SetObserver(nil)

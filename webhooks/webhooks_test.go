@@ -190,12 +190,7 @@ func TestRetry(t *testing.T) {
 	}
 
 	t.Run("connection refused then listening", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
+		addr := testutil.FreeAddr(t)
 
 		d := start(t, testOptions(&syncBuffer{}), app("1", "k", "s", hook("http://"+addr+"/hook")))
 		d.Emit("1", ev("member_added", "a"))
