@@ -14,9 +14,25 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
+	"github.com/reverbgo/reverbgo/api"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/pusher"
 )
+
+// triggering is a *pusher.Server whose Trigger is the HTTP API's, as cmd/reverbgo wires the
+// console.
+type triggering struct {
+	*pusher.Server
+	api *api.API
+}
+
+func (t triggering) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
+	return t.api.Trigger(ctx, appID, channel, event, data)
+}
+
+func newTriggering(cfg *config.Config, srv *pusher.Server) triggering {
+	return triggering{srv, api.New(api.Options{Config: cfg, Publisher: srv, Info: srv, Terminator: srv})}
+}
 
 // BenchmarkFanoutConsole measures one publish fanned out to real WebSocket subscribers with
 // the console disabled (no Console), enabled but closed (a Console, no browser) and open (one
@@ -24,7 +40,7 @@ import (
 //
 //	go test -run '^$' -bench FanoutConsole -benchtime 20000x -count 10 ./console/ | benchstat -
 //
-// Each publish goes through Server.Trigger, so the open variant pays for the API tap, the
+// Each publish goes through the console's Trigger (api.API.Trigger), so the open variant pays for the API tap, the
 // sampling budget and the per-delivery counters.
 func BenchmarkFanoutConsole(b *testing.B) {
 	for _, n := range []int{10, 100} {
@@ -41,7 +57,7 @@ func benchFanout(b *testing.B, mode string, n int) {
 		MaxPresenceMembers: 100, MaxBatchSize: 10,
 	}}}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := pusher.NewServer(pusher.Options{Config: cfg, Logger: quiet, MaxQueueBytes: 256 << 20})
+	srv := newTriggering(cfg, pusher.NewServer(pusher.Options{Config: cfg, Logger: quiet, MaxQueueBytes: 256 << 20}))
 	e := echo.New()
 	srv.Routes(e, "")
 	ts := httptest.NewServer(e)
@@ -138,7 +154,7 @@ func TestClosedConsoleAddsNoAllocations(t *testing.T) {
 		MaxMessageSize: 10000, AcceptClientEventsFrom: "members", MaxPresenceMembers: 100, MaxBatchSize: 10,
 	}}}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := pusher.NewServer(pusher.Options{Config: cfg, Logger: quiet})
+	srv := newTriggering(cfg, pusher.NewServer(pusher.Options{Config: cfg, Logger: quiet}))
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	data := []byte(`"{}"`)
 	publish := func() {

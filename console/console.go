@@ -23,7 +23,8 @@ import (
 	"github.com/reverbgo/reverbgo/webhooks"
 )
 
-// Server is what the console reads from and triggers through (*pusher.Server).
+// Server is what the console reads from (*pusher.Server) and triggers through (Trigger is
+// the HTTP API's, api.API.Trigger, as cmd/reverbgo wires it).
 type Server interface {
 	SetObserver(pusher.Observer)
 	Counters(appID string) (in, out, nodeDeliveries uint64)

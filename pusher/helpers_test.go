@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -145,14 +144,6 @@ func (ts *tserver) wsURL(key, query string) string {
 	return u
 }
 
-// api sends a request signed like a server SDK (path without prefix) and returns the status
-// and body.
-func (ts *tserver) api(t testing.TB, method, path string, q url.Values, body []byte) (int, []byte) {
-	t.Helper()
-	signed := auth.SignRequest(method, path, q, body, ts.app.Key, ts.app.Secret, time.Now())
-	return ts.rawAPI(t, method, path+"?"+signed.Encode(), body)
-}
-
 // rawAPI sends an unsigned request with the given path and query.
 func (ts *tserver) rawAPI(t testing.TB, method, pathAndQuery string, body []byte) (int, []byte) {
 	t.Helper()
@@ -175,12 +166,12 @@ func (ts *tserver) rawAPI(t testing.TB, method, pathAndQuery string, body []byte
 	return resp.StatusCode, b
 }
 
-// trigger publishes through POST /apps/{id}/events and expects 200.
+// trigger publishes an event as the HTTP API does (encoded once, through the broker); the
+// API itself is package api's, tested there.
 func (ts *tserver) trigger(t testing.TB, channel, event, data string) {
 	t.Helper()
-	body := mustMarshal(t, map[string]any{"name": event, "channel": channel, "data": data})
-	if st, b := ts.api(t, "POST", "/apps/"+ts.app.ID+"/events", nil, body); st != 200 {
-		t.Fatalf("trigger %s on %s: %d %s", event, channel, st, b)
+	if err := ts.s.Publish(ts.app.ID, channel, event, []byte(data)); err != nil {
+		t.Fatalf("trigger %s on %s: %v", event, channel, err)
 	}
 }
 

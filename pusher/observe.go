@@ -2,9 +2,7 @@ package pusher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 
 	"github.com/reverbgo/reverbgo/channels"
 )
@@ -109,43 +107,14 @@ func (s *Server) Health(ctx context.Context) map[string]string {
 	return s.health(ctx)
 }
 
-// TriggerError is a trigger refused with the HTTP status the Pusher HTTP API would answer.
+// TriggerError is a console trigger refused with the HTTP status the Pusher HTTP API would
+// answer (api.API.Trigger returns it; the console reads Status).
 type TriggerError struct {
 	Status  int
 	Message string
 }
 
 func (e *TriggerError) Error() string { return e.Message }
-
-// Trigger publishes one event exactly as a signed POST /apps/{id}/events would (same
-// validation, same publish path), on behalf of the console: it is reported to the observer
-// as ObservedConsole. data is the body's "data" value: a JSON string, as every SDK sends.
-func (s *Server) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
-	app := s.appsByID[appID]
-	if app == nil {
-		return &TriggerError{http.StatusNotFound, "Unknown app"}
-	}
-	// The same typed decoding as a POST body's fields: data is a JSON string.
-	raw := rawEvent{Name: mustRawString(event), Channel: mustRawString(channel), Data: data}
-	if len(data) == 0 {
-		raw.Data = nil
-	}
-	ev, herr := raw.event("")
-	if herr != nil {
-		return &TriggerError{herr.status, herr.message}
-	}
-	chans, payload, herr := s.prepare(app, ev)
-	if herr != nil {
-		return &TriggerError{herr.status, herr.message}
-	}
-	for _, ch := range chans {
-		if err := s.publish(ctx, appID, ch, event, payload, ""); err != nil {
-			return &TriggerError{http.StatusServiceUnavailable, "Could not publish: " + err.Error()}
-		}
-		s.observeTrigger(appID, ObservedConsole, ch, event, payload, "")
-	}
-	return nil
-}
 
 var _ error = (*TriggerError)(nil)
 
@@ -155,6 +124,3 @@ func AsTriggerError(err error) (*TriggerError, bool) {
 	ok := errors.As(err, &te)
 	return te, ok
 }
-
-// mustRawString encodes s as a JSON string value.
-func mustRawString(s string) json.RawMessage { return appendJSONString(nil, s) }

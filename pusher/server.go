@@ -1,6 +1,7 @@
 // Package pusher speaks the Pusher Channels wire protocol over the WebSocket transport of
-// package ws: connection state, client messages, subscriptions and presence, client
-// events, signin, the event encoding, close reasons, and the signed HTTP API.
+// package ws: connection state, client messages, subscriptions and presence, client events,
+// signin, the event encoding and close reasons. The signed HTTP API is package api's, over
+// the small seam in apiseam.go.
 package pusher
 
 import (
@@ -121,7 +122,8 @@ func NewServer(opts Options) *Server {
 		s.reg.Subscribe(a.cfg.ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg.ID})
 	}
 	// Origin is checked per app after the upgrade (4009), in Accept.
-	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes})
+	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
+		CoalesceWindow: s.cfg.Server.WriteCoalesce()})
 	s.wg.Add(1)
 	go s.sweepLoop()
 	return s

@@ -573,7 +573,7 @@ func TestCloseReasonRecorded(t *testing.T) {
 		{"client close", func(c *client) { _ = c.ws.Close() }, CloseClientGone},
 		{"terminated", func(c *client) {
 			ts.signin(c, `{"id":"r1"}`)
-			ts.api(t, "POST", "/apps/"+testAppID+"/users/r1/terminate_connections", nil, []byte(`{}`))
+			_ = ts.s.TerminateUser(context.Background(), testAppID, "r1")
 		}, CloseTerminated},
 	}
 	for _, tc := range tests {

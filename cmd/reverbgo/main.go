@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/reverbgo/reverbgo/api"
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
@@ -132,7 +133,7 @@ func (e emitter) Emit(appID string, ev map[string]any) { e.d.Emit(appID, webhook
 func (e emitter) Wants(appID, name string) bool { return e.d.Wants(appID, name) }
 
 // newConsole builds the debug console when console.enabled, else nil.
-func newConsole(cfg *config.Config, srv *pusher.Server, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, logger *slog.Logger) *console.Console {
+func newConsole(cfg *config.Config, srv *pusher.Server, httpAPI *api.API, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, logger *slog.Logger) *console.Console {
 	if !cfg.Console.Enabled {
 		return nil
 	}
@@ -145,7 +146,18 @@ func newConsole(cfg *config.Config, srv *pusher.Server, br *bridge.Bridge, hooks
 		node = cl.node
 	}
 	logger.Info("console enabled", "path", cfg.Server.Path+"/console")
-	return console.New(console.Options{Token: cfg.Console.Token, Apps: ids, Node: node, Server: srv, Bridge: br, Webhooks: hooks, Logger: logger})
+	return console.New(console.Options{Token: cfg.Console.Token, Apps: ids, Node: node, Server: consoleServer{srv, httpAPI}, Bridge: br, Webhooks: hooks, Logger: logger})
+}
+
+// consoleServer is what the console reads (the Pusher server) and triggers through (the
+// HTTP API's validation and publish path).
+type consoleServer struct {
+	*pusher.Server
+	httpAPI *api.API
+}
+
+func (c consoleServer) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
+	return c.httpAPI.Trigger(ctx, appID, channel, event, data)
 }
 
 // appDirectory gives the bridge app lookups over the validated config.
@@ -247,11 +259,13 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	prefix := cfg.Server.Path
 	e.Use(srv.HTTPMetrics(prefix))
 	srv.Routes(e, prefix)
+	httpAPI := api.New(api.Options{Config: cfg, Publisher: srv, Info: srv, Terminator: srv})
+	httpAPI.Routes(e, prefix)
 	g := e.Group(prefix)
 	br.Register(g, prefix)
 	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger})
 	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
-	con := newConsole(cfg, srv, br, hooks, cl, logger)
+	con := newConsole(cfg, srv, httpAPI, br, hooks, cl, logger)
 	if con != nil {
 		con.Register(e, prefix)
 	}

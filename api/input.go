@@ -1,14 +1,95 @@
-package pusher
+package api
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
+
+	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/config"
 )
 
-// maxSocketIDLength bounds socket_id before the pattern runs: two uint64s and a dot.
-const maxSocketIDLength = 41
+// Pusher HTTP API limits.
+const (
+	maxTriggerChannels = 100
+	maxEventNameLength = 200
+	// maxSocketIDLength bounds socket_id before the pattern runs: two uint64s and a dot.
+	maxSocketIDLength = 41
+)
+
+var socketIDPattern = regexp.MustCompile(`^\d+\.\d+$`)
+
+// triggerEvent is one event of POST /events or of a batch.
+// decodeEvent and decodeBatch fill it after checking each field's JSON type.
+type triggerEvent struct {
+	Name     string
+	Data     string
+	HasData  bool // data was present (an empty string is valid data)
+	Channels []string
+	Channel  string
+	SocketID string
+	Info     string
+}
+
+// httpError is a refused request: the status and the {"error": message} it answers.
+type httpError struct {
+	status  int
+	message string
+}
+
+func (e *httpError) Error() string { return e.message }
+
+// prepare validates an event and returns its target channels and its data string.
+func prepare(app *config.App, ev *triggerEvent) ([]string, string, *httpError) {
+	if ev.Name == "" || len(ev.Name) > maxEventNameLength {
+		return nil, "", &httpError{http.StatusBadRequest, "name is required (at most 200 characters)"}
+	}
+	chans := ev.Channels
+	if ev.Channel != "" {
+		chans = append(chans, ev.Channel)
+	}
+	if len(chans) == 0 {
+		return nil, "", &httpError{http.StatusBadRequest, "channels or channel is required"}
+	}
+	if len(chans) > maxTriggerChannels {
+		return nil, "", &httpError{http.StatusBadRequest, "at most 100 channels per event"}
+	}
+	for _, ch := range chans {
+		if !channels.ValidName(ch) {
+			return nil, "", &httpError{http.StatusBadRequest, "invalid channel name: " + truncate(ch, 200)}
+		}
+	}
+	if !ev.HasData {
+		return nil, "", &httpError{http.StatusBadRequest, "data is required"}
+	}
+	data := ev.Data
+	if len(data) > app.MaxMessageSize {
+		return nil, "", &httpError{http.StatusRequestEntityTooLarge, "event data is over the app's max_message_size"}
+	}
+	return chans, data, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// decodeJSON decodes exactly one JSON value: trailing data is refused.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
 
 // rawEvent is an event of POST /events or of a batch as it came, each field still JSON, so
 // that a value of the wrong type is refused with a message naming the field rather than

@@ -1,4 +1,4 @@
-package pusher
+package api
 
 import (
 	"encoding/json"
@@ -282,6 +282,8 @@ func TestConnectionsAndUp(t *testing.T) {
 	ts := newServer(t)
 	ts.connect(t)
 	ts.connect(t)
+	// connection_established leaves a moment before the server counts the socket.
+	eventually(t, "sockets counted", func() bool { return ts.s.ConnectionCount(testAppID) == 2 })
 	st, body := ts.api(t, "GET", "/apps/"+testAppID+"/connections", nil, nil)
 	if st != 200 || mustJSONMap(t, body)["connections"] != 2.0 {
 		t.Errorf("connections: %d %s", st, body)
@@ -304,9 +306,5 @@ func TestRoutesWithPrefix(t *testing.T) {
 	if st, body := ts.rawAPI(t, "GET", "/reverb"+path+"?"+q.Encode(), nil); st != 200 {
 		t.Errorf("prefixed API: %d %s", st, body)
 	}
-	c, err := dial(t, strings.Replace(ts.wsURL(testKey, "protocol=7"), "/app/", "/reverb/app/", 1), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.waitEvent("pusher:connection_established", "")
+	ts.connectAt(t, "/reverb") // the WebSocket endpoint is mounted under the prefix too
 }
