@@ -49,7 +49,8 @@ type Options struct {
 	Cluster ClusterView
 }
 
-// ClusterView is the cluster-wide read side (channels.RedisOccupancy). When it fails, the
+// ClusterView is the cluster-wide read side (channels.RedisOccupancy and, for Socket, the
+// bridge.RedisSocketIndex, combined in cmd/reverbgo). When it fails, the
 // server answers from this node alone rather than failing the request.
 type ClusterView interface {
 	SubscriptionCount(ctx context.Context, app, channel string) (int, error)
