@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 const callBody = `{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":{"title":"x"},"rev":5,"tool_use_id":"toolu_1"}`
@@ -179,13 +180,7 @@ func TestCallWithoutPage(t *testing.T) {
 func TestCallAfterPageLeft(t *testing.T) {
 	h := newHarness(t, nil)
 	h.withManifest(client1, 5)
-	h.sockets.mu.Lock()
-	for id, s := range h.sockets.m {
-		if s.app == "app1" {
-			delete(h.sockets.m, id)
-		}
-	}
-	h.sockets.mu.Unlock()
+	h.sockets.RemoveApp("app1")
 	r := recv(t, h.startCall(context.Background(), "calls", callBody))
 	if r.Code != 200 || string(r.Result) != `{"message":"No page is connected","status":"error"}` {
 		t.Fatalf("got %+v", r)
@@ -295,14 +290,7 @@ func TestNewClientTakesNewCalls(t *testing.T) {
 	c1 := h.pub.waitMsg(t, "call", "")
 	h.withManifest("tab2", 0) // reload
 	second := h.startCall(context.Background(), "calls", callBody)
-	var c2 wireMsg
-	for end := time.Now().Add(5 * time.Second); c2.ID == "" && time.Now().Before(end); time.Sleep(time.Millisecond) {
-		for _, p := range h.pub.all() {
-			if m := decodeEvent(t, p); m.Type == "call" && m.ID != c1.ID {
-				c2 = m
-			}
-		}
-	}
+	c2 := h.pub.waitOther(t, "call", c1.ID)
 	if c1.ClientID != client1 || c2.ClientID != "tab2" {
 		t.Fatalf("clientIds %q %q", c1.ClientID, c2.ClientID)
 	}
@@ -349,14 +337,7 @@ func TestConfirmationFlow(t *testing.T) {
 	recv(t, ch)
 	// Another call cannot rebind f1, and its claim is not consumed by trying.
 	ch2 := h.startCall(context.Background(), "calls", `{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":1}`)
-	var call2 wireMsg
-	for end := time.Now().Add(5 * time.Second); call2.ID == "" && time.Now().Before(end); time.Sleep(time.Millisecond) {
-		for _, p := range h.pub.all() {
-			if m := decodeEvent(t, p); m.Type == "call" && m.ID != call.ID {
-				call2 = m
-			}
-		}
-	}
+	call2 := h.pub.waitOther(t, "call", call.ID)
 	if code := h.page("1.1", "c1", resultMsg(client1, call2.ID, needs("f1"))).Code; code != 409 {
 		t.Fatalf("rebinding confirmId: %d", code)
 	}
@@ -380,12 +361,12 @@ func TestConfirmationFlow(t *testing.T) {
 			t.Fatalf("%s: %d, want %d", tc.name, code, tc.want)
 		}
 	}
-	ev := h.hooks.all()
-	if len(ev) != 1 {
+	ev := h.hooks.All()
+	if len(ev) != 1 || ev[0].App != "app1" {
 		t.Fatalf("webhooks %v", ev)
 	}
-	got, _ := json.Marshal(ev[0])
-	want := `{"_app":"app1","call_id":"` + call.ID + `","confirm_id":"f1","conversation_id":"c1","name":"toolmark_confirmed","result":{"data":1,"status":"ok"},"tool_use_id":"toolu_1","user_id":"u1"}`
+	got, _ := json.Marshal(ev[0].Event)
+	want := `{"call_id":"` + call.ID + `","confirm_id":"f1","conversation_id":"c1","name":"toolmark_confirmed","result":{"data":1,"status":"ok"},"tool_use_id":"toolu_1","user_id":"u1"}`
 	if string(got) != want {
 		t.Fatalf("webhook\n got %s\nwant %s", got, want)
 	}
@@ -432,11 +413,7 @@ func TestInFlightLimit(t *testing.T) {
 	for i := range chans {
 		chans[i] = h.startCall(ctx, "calls", callBody)
 	}
-	for end := time.Now().Add(10 * time.Second); len(h.pub.all()) < 100; time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("only %d calls published", len(h.pub.all()))
-		}
-	}
+	testutil.WaitFor(t, "100 calls published", func() bool { return len(h.pub.all()) >= 100 })
 	r := recv(t, h.startCall(context.Background(), "calls", callBody))
 	if r.Code != http.StatusTooManyRequests || r.Error != "Too many calls in flight" {
 		t.Fatalf("101st: %+v", r)

@@ -121,14 +121,7 @@ func TestFixtures(t *testing.T) {
 // checks the result is semantically identical (and, by construction, valid).
 func checkEncoderReproduces(t *testing.T, msg json.RawMessage) {
 	t.Helper()
-	var m struct {
-		Type     string          `json:"type"`
-		ClientID string          `json:"clientId"`
-		ID       string          `json:"id"`
-		Rev      *int64          `json:"rev"`
-		Tool     string          `json:"tool"`
-		Input    json.RawMessage `json:"input"`
-	}
+	var m wireMsg // the harness's decoded server-to-page message
 	if err := json.Unmarshal(msg, &m); err != nil {
 		t.Fatal(err)
 	}

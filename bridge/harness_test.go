@@ -90,94 +90,33 @@ func decodeEvent(t testing.TB, p published) wireMsg {
 // waitMsg polls until a message of type typ (and id, if not empty) was published.
 func (f *fakePublisher) waitMsg(t testing.TB, typ, id string) wireMsg {
 	t.Helper()
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+	return f.waitFirst(t, "a published "+typ+" "+id, func(m wireMsg) bool { return m.Type == typ && (id == "" || m.ID == id) })
+}
+
+// waitOther polls until a message of type typ whose id is not notID was published.
+func (f *fakePublisher) waitOther(t testing.TB, typ, notID string) wireMsg {
+	t.Helper()
+	return f.waitFirst(t, "a published "+typ+" other than "+notID, func(m wireMsg) bool { return m.Type == typ && m.ID != notID })
+}
+
+// waitFirst polls until a published message satisfies match and returns the first that does.
+func (f *fakePublisher) waitFirst(t testing.TB, what string, match func(wireMsg) bool) wireMsg {
+	t.Helper()
+	var found wireMsg
+	testutil.WaitFor(t, what, func() bool {
 		for _, p := range f.all() {
-			if m := decodeEvent(t, p); m.Type == typ && (id == "" || m.ID == id) {
-				return m
-			}
-		}
-	}
-	t.Fatalf("no %s %s published", typ, id)
-	return wireMsg{}
-}
-
-type sock struct {
-	app      string
-	channels []string
-}
-
-type fakeSockets struct {
-	mu sync.Mutex
-	m  map[string]sock
-}
-
-// Subscriptions implements Sockets: every toolmark channel of socket id has the page token
-// pageToken(id).
-func (f *fakeSockets) Subscriptions(id string) (string, map[string]string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.m[id]
-	if !ok {
-		return "", nil, false
-	}
-	subs := map[string]string{}
-	for _, ch := range s.channels {
-		subs[ch] = ""
-		if strings.HasPrefix(ch, ChannelPrefix) {
-			subs[ch] = TokenHash(pageToken(id))
-		}
-	}
-	return s.app, subs, true
-}
-
-// pageToken is the page token the fake sockets were issued.
-func pageToken(socketID string) string { return "token-of-" + socketID }
-
-// Subscribed implements Occupancy over the registered sockets.
-func (f *fakeSockets) Subscribed(app, channel string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, s := range f.m {
-		if s.app != app {
-			continue
-		}
-		for _, ch := range s.channels {
-			if ch == channel {
+			if m := decodeEvent(t, p); match(m) {
+				found = m
 				return true
 			}
 		}
-	}
-	return false
+		return false
+	})
+	return found
 }
 
-type fakeApps map[string]*config.App
-
-func (f fakeApps) AppByID(id string) *config.App { return f[id] }
-func (f fakeApps) AllApps() []*config.App {
-	out := []*config.App{}
-	for _, a := range f {
-		out = append(out, a)
-	}
-	return out
-}
-
-type fakeEmitter struct {
-	mu     sync.Mutex
-	events []map[string]any
-}
-
-func (f *fakeEmitter) Emit(app string, e map[string]any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	e["_app"] = app
-	f.events = append(f.events, e)
-}
-
-func (f *fakeEmitter) all() []map[string]any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]map[string]any(nil), f.events...)
-}
+// pageToken is the page token the fake sockets were issued.
+func pageToken(socketID string) string { return testutil.PageToken(socketID) }
 
 // clock is a settable clock shared by the bridge, limiter and signatures.
 type clock struct {
@@ -207,9 +146,9 @@ type harness struct {
 	b       *Bridge
 	e       *echo.Echo
 	pub     *fakePublisher
-	sockets *fakeSockets
-	hooks   *fakeEmitter
-	apps    fakeApps
+	sockets *testutil.Sockets
+	hooks   *testutil.Emitter
+	apps    testutil.Apps
 	clock   *clock
 	logs    *syncBuffer
 	store   *MemoryStore
@@ -217,21 +156,21 @@ type harness struct {
 
 func newHarness(t testing.TB, mod func(*Options)) *harness {
 	t.Helper()
-	h := &harness{t: t, pub: &fakePublisher{}, hooks: &fakeEmitter{}, clock: &clock{t: time.Unix(1_700_000_000, 0)},
+	h := &harness{t: t, pub: &fakePublisher{}, hooks: &testutil.Emitter{}, clock: &clock{t: time.Unix(1_700_000_000, 0)},
 		logs: &syncBuffer{}}
-	h.apps = fakeApps{
-		"app1": {ID: "app1", Key: "key1", Secret: "secret1", AllowedOrigins: []string{"*.example.com"},
+	h.apps = testutil.Apps{
+		{ID: "app1", Key: "key1", Secret: "secret1", AllowedOrigins: []string{"*.example.com"},
 			MaxMessageSize: 10000, Toolmark: config.Toolmark{Enabled: true, CallTimeoutMS: 30000, MaxTimeoutMS: 600000}},
-		"app2": {ID: "app2", Key: "key2", Secret: "secret2", Toolmark: config.Toolmark{Enabled: false}},
+		{ID: "app2", Key: "key2", Secret: "secret2", Toolmark: config.Toolmark{Enabled: false}},
 	}
-	h.sockets = &fakeSockets{m: map[string]sock{
-		"1.1": {"app1", []string{"presence-room", "private-toolmark.u1.c1"}},
-		"2.1": {"app1", []string{"private-other"}},
-		"3.1": {"app1", []string{"private-toolmark.u1.c1", "private-toolmark.u2.c1"}},
-		"4.1": {"app2", []string{"private-toolmark.u1.c1"}},
-		"5.1": {"app1", []string{"private-toolmark.u2.c1"}},
-		"6.1": {"app1", []string{"private-toolmark.u1.c2"}},
-	}}
+	// Every toolmark channel of a socket carries the page token pageToken(id).
+	h.sockets = &testutil.Sockets{Hash: TokenHash, Prefix: ChannelPrefix}
+	h.sockets.Set("1.1", "app1", "presence-room", "private-toolmark.u1.c1")
+	h.sockets.Set("2.1", "app1", "private-other")
+	h.sockets.Set("3.1", "app1", "private-toolmark.u1.c1", "private-toolmark.u2.c1")
+	h.sockets.Set("4.1", "app2", "private-toolmark.u1.c1")
+	h.sockets.Set("5.1", "app1", "private-toolmark.u2.c1")
+	h.sockets.Set("6.1", "app1", "private-toolmark.u1.c2")
 	h.store = NewMemoryStore(MemoryOptions{Now: h.clock.Now})
 	opts := Options{Store: h.store, Publisher: h.pub, Sockets: h.sockets, Webhooks: h.hooks, Apps: h.apps,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, nil)), Now: h.clock.Now}
@@ -267,7 +206,7 @@ func (h *harness) page(sid, conv, body string) *httptest.ResponseRecorder {
 
 // signedReq builds a signed app request for path (without prefix).
 func (h *harness) signedReq(ctx context.Context, method, app, path string, query url.Values, body []byte) *http.Request {
-	a := h.apps[app]
+	a := h.apps.AppByID(app)
 	key, secret := "key1", "secret1"
 	if a != nil {
 		key, secret = a.Key, a.Secret

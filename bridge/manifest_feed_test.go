@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/bridge"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // changeLog records the changes a subscriber saw.
@@ -26,17 +28,14 @@ func (l *changeLog) add(c bridge.ManifestChange) {
 
 func (l *changeLog) wait(t *testing.T, n int) []bridge.ManifestChange {
 	t.Helper()
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+	var out []bridge.ManifestChange
+	testutil.WaitFor(t, fmt.Sprintf("%d manifest changes", n), func() bool {
 		l.mu.Lock()
-		if len(l.got) >= n {
-			out := append([]bridge.ManifestChange(nil), l.got...)
-			l.mu.Unlock()
-			return out
-		}
-		l.mu.Unlock()
-	}
-	t.Fatalf("saw fewer than %d changes", n)
-	return nil
+		defer l.mu.Unlock()
+		out = append(out[:0], l.got...)
+		return len(out) >= n
+	})
+	return out
 }
 
 // TestManifestFeedStore: a stored manifest and a raised rev are announced; a manifest the store

@@ -61,14 +61,7 @@ func TestObserverSeesCalls(t *testing.T) {
 	}
 	h.b.SetObserver(nil)
 	ch = h.startCall(context.Background(), "calls", callBody)
-	var second wireMsg
-	for end := time.Now().Add(5 * time.Second); second.ID == "" && time.Now().Before(end); time.Sleep(time.Millisecond) {
-		for _, p := range h.pub.all() {
-			if d := decodeEvent(t, p); d.Type == "call" && d.ID != m.ID {
-				second = d
-			}
-		}
-	}
+	second := h.pub.waitOther(t, "call", m.ID)
 	h.page("1.1", "c1", resultMsg(client1, second.ID, `{"status":"ok"}`))
 	recv(t, ch)
 	if got := rec.snapshot(); len(got) != len(want) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 func TestPageGate(t *testing.T) {
@@ -57,7 +58,7 @@ func TestPageGate(t *testing.T) {
 func TestPageToken(t *testing.T) {
 	good := manifestMsg(client1, 1, "")
 	for _, mode := range []string{"", config.PageAuthToken, config.PageAuthSocketID} {
-		h := newHarness(t, func(o *Options) { o.Apps.(fakeApps)["app1"].Toolmark.PageAuth = mode })
+		h := newHarness(t, func(o *Options) { o.Apps.(testutil.Apps).AppByID("app1").Toolmark.PageAuth = mode })
 		weak := mode == config.PageAuthSocketID
 		for _, tc := range []struct {
 			name, sid, conv, token string
@@ -268,7 +269,7 @@ func TestCORSPreflight(t *testing.T) {
 		}
 	}
 	// "*" allows every origin.
-	h.apps["app1"].AllowedOrigins = []string{"*"}
+	h.apps.AppByID("app1").AllowedOrigins = []string{"*"}
 	req := httptest.NewRequest(http.MethodOptions, prefix+"/toolmark/bridge/c1", nil)
 	req.Header.Set("Origin", "https://anything.test")
 	if rec := h.do(req); rec.Code != 204 {
@@ -290,7 +291,7 @@ func TestURLFormOrigins(t *testing.T) {
 		{"app.example.com:8443", "https://app.example.com", 403},
 	} {
 		h := newHarness(t, nil)
-		h.apps["app1"].AllowedOrigins = []string{tc.pattern}
+		h.apps.AppByID("app1").AllowedOrigins = []string{tc.pattern}
 		pre := httptest.NewRequest(http.MethodOptions, prefix+"/toolmark/bridge/c1", nil)
 		pre.Header.Set("Origin", tc.origin)
 		pre.Header.Set("Access-Control-Request-Method", "POST")

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // drainPageBucket spends socket s1's page tokens with `changed` messages until one is refused.
@@ -29,19 +31,17 @@ func drainPageBucket(t *testing.T, h *harness) {
 // waitCalls polls until n call messages were published and returns their ids.
 func waitCalls(t *testing.T, h *harness, n int) []string {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		var ids []string
+	var ids []string
+	testutil.WaitFor(t, fmt.Sprintf("%d published calls", n), func() bool {
+		ids = ids[:0]
 		for _, p := range h.pub.all() {
 			if m := decodeEvent(t, p); m.Type == TypeCall {
 				ids = append(ids, m.ID)
 			}
 		}
-		if len(ids) >= n {
-			return ids
-		}
-	}
-	t.Fatalf("fewer than %d calls published", n)
-	return nil
+		return len(ids) >= n
+	})
+	return ids
 }
 
 // TestPageRateLimitAnswers: the per-socket page limit never refuses a result or confirmed that
@@ -161,7 +161,7 @@ func TestPageRateLimitAnswers(t *testing.T) {
 					t.Fatalf("confirmed #%d: %d, want %d", i, code, want)
 				}
 			}
-			if n := len(h.hooks.all()); n != 1 {
+			if n := len(h.hooks.All()); n != 1 {
 				t.Fatalf("%d webhooks", n)
 			}
 		}},

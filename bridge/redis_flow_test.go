@@ -39,7 +39,7 @@ func TestFlowsOnRedisStore(t *testing.T) {
 			t.Fatalf("confirmed: %d, want %d", code, want)
 		}
 	}
-	if len(h.hooks.all()) != 1 {
+	if len(h.hooks.All()) != 1 {
 		t.Fatal("webhook not emitted once")
 	}
 	ch = h.startCall(context.Background(), "calls", `{"user_id":"u1","conversation_id":"c1","tool":"x","timeout_ms":5}`)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/bridge/storetest"
-	"github.com/reverbgo/reverbgo/internal/testenv"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 func newRedisStore(t *testing.T, rdb redis.UniversalClient) bridge.Store {
@@ -53,16 +53,7 @@ func TestRedisStoreMiniredis(t *testing.T) {
 
 // TestRedisStoreReal runs the suite against a real server when REVERBGO_TEST_REDIS_URL is set.
 func TestRedisStoreReal(t *testing.T) {
-	u := testenv.RedisURL(t)
-	if u == "" {
-		t.Skip("REVERBGO_TEST_REDIS_URL not set")
-	}
-	opt, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := testutil.RealRedis(t)
 	storetest.Run(t, func(t *testing.T) bridge.Store { return newRedisStore(t, rdb) })
 }
 
@@ -70,12 +61,7 @@ func TestRedisStoreReal(t *testing.T) {
 // under a hash-tagged prefix, as the node uses: every script's keys and the wake-up channel
 // (SPUBLISH inside the claim script) share one slot.
 func TestRedisStoreCluster(t *testing.T) {
-	addrs := testenv.RedisClusterAddrs(t)
-	if addrs == nil {
-		t.Skip("REVERBGO_TEST_REDIS_CLUSTER not set")
-	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := testutil.RedisCluster(t)
 	storetest.Run(t, func(t *testing.T) bridge.Store {
 		s, err := bridge.NewRedisStore(context.Background(), rdb, fmt.Sprintf("{test:%s}:toolmark:", uuid.NewString()))
 		if err != nil {

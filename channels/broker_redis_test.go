@@ -8,6 +8,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
@@ -98,7 +100,7 @@ func TestRedisBrokerOutage(t *testing.T) {
 	if got := <-sinks[0].got; got != "down" {
 		t.Fatalf("local socket got %q", got)
 	}
-	waitFor(t, "the writer to notice the outage", func() bool { return !regs[0].Broker().(*RedisBroker).Healthy() })
+	testutil.WaitFor(t, "the writer to notice the outage", func() bool { return !regs[0].Broker().(*RedisBroker).Healthy() })
 	if err := mr.StartAddr(addr); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +122,7 @@ func TestRedisBrokerOutage(t *testing.T) {
 	if seen["down"] > 1 {
 		t.Fatalf("node B got the outage publish %d times", seen["down"])
 	}
-	waitFor(t, "node B healthy", func() bool { return regs[1].Broker().(*RedisBroker).Healthy() })
+	testutil.WaitFor(t, "node B healthy", func() bool { return regs[1].Broker().(*RedisBroker).Healthy() })
 }
 
 // TestRedisBrokerBacklogFull: once the backlog bound is reached, Publish refuses and does
@@ -177,16 +179,5 @@ func TestRedisBrokerBacklogFull(t *testing.T) {
 	}
 	if len(s2.got) != 2 {
 		t.Fatalf("local deliveries %d, want exactly the 2 accepted", len(s2.got))
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

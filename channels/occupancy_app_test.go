@@ -12,6 +12,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/channels/channelstest"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // replySpy records every string a Redis reply carried back to the client.
@@ -74,8 +75,8 @@ var _ redis.Hook = (*replySpy)(nil)
 func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
-			rdb := be.client(t)
+		t.Run(be.Name, func(t *testing.T) {
+			rdb := be.Client(t)
 			spy := &replySpy{}
 			rdb.AddHook(spy)
 			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: testPrefix(), NodeTimeout: time.Minute})
@@ -88,7 +89,7 @@ func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 			reg.Subscribe("a*", "mine", &channelstest.Sink{ID: "1.1"})
 			reg.Subscribe("ab", "theirs-ab", &channelstest.Sink{ID: "1.2"})
 			reg.Subscribe("other", "theirs-other", &channelstest.Sink{ID: "1.3"})
-			waitUntil(t, "counts written", func() bool {
+			testutil.WaitFor(t, "counts written", func() bool {
 				n, err := occ.SubscriptionCount(ctx, "other", "theirs-other")
 				return err == nil && n == 1
 			})
@@ -107,7 +108,7 @@ func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 			for i := 0; i < 1500; i++ {
 				reg.Subscribe("a*", fmt.Sprintf("many-%d", i), &channelstest.Sink{ID: "1.1"})
 			}
-			waitUntil(t, "every channel listed", func() bool {
+			testutil.WaitFor(t, "every channel listed", func() bool {
 				list, err := occ.Channels(ctx, "a*", "many-")
 				return err == nil && len(list) == 1500
 			})

@@ -25,29 +25,27 @@ type Occupancy interface {
 const occupancyFlush = 50 * time.Millisecond
 
 // RedisOccupancy publishes this node's subscription counts to Redis, so that any node can
-// answer counts and channel lists for the whole cluster, and indexes the sockets of
-// channels starting with IndexPrefix, so that any node can find such a socket by id.
+// answer counts and channel lists for the whole cluster.
 //
 // Counts live in one hash per node (field app NUL channel), written as absolute values (so a
-// lost write heals with the next one) in batches every occupancyFlush; the socket index is one hash per node (socket id -> app NUL channels),
-// written synchronously because a page may call another node right after subscribing.
-// This node's connection count per app (a third hash, app -> count) rides on the same batch.
-// All are read only for nodes whose heartbeat is fresh and are deleted when a node is
-// reaped (see RedisPresence), so a dead node's sockets vanish from answers within NodeTimeout.
-// The node keeps the same state in memory and writes it again with Resync when Redis lost it.
+// lost write heals with the next one) in batches every occupancyFlush, except for channels
+// starting with the sync prefix, written through before Subscribed returns: a reader on
+// another node must see such a subscription as soon as the client is told of it (the bridge
+// checks that a Toolmark page is subscribed before calling it). This node's connection count
+// per app (a second hash, app -> count) rides on the same batch. Both are read only for nodes
+// whose heartbeat is fresh (RedisPresence.LiveNodes) and are deleted when a node is reaped,
+// so a dead node vanishes from answers within NodeTimeout. The node keeps the same state in
+// memory and writes it again with Resync when Redis lost it.
 type RedisOccupancy struct {
 	p      *RedisPresence // keys, node id and liveness
-	prefix string         // channels whose sockets are indexed
+	prefix string         // channels whose counts are written through (SyncPrefix)
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	counts  map[string]int64             // app NUL channel -> local subscribers
-	pending map[string]struct{}          // fields whose count changed since the last write
-	indexed map[string]map[string]string // socket -> indexed channel -> credential hash
-	apps    map[string]string            // socket -> app, for indexed sockets
-	creds   map[string]string            // socket NUL channel -> credential for the next Subscribed
-	conns   func() map[string]int64      // app -> open sockets on this node (SetConnections)
-	wrote   map[string]int64             // conns as last written
+	counts  map[string]int64        // app NUL channel -> local subscribers
+	pending map[string]struct{}     // fields whose count changed since the last write
+	conns   func() map[string]int64 // app -> open sockets on this node (SetConnections)
+	wrote   map[string]int64        // conns as last written
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -56,25 +54,23 @@ type RedisOccupancy struct {
 var _ Occupancy = (*RedisOccupancy)(nil)
 
 // NewRedisOccupancy shares p's keys and node and starts the batch writer; Close stops it.
-func NewRedisOccupancy(p *RedisPresence, indexPrefix string, logger *slog.Logger) *RedisOccupancy {
+// Counts of channels starting with syncPrefix ("" = none) are written through.
+func NewRedisOccupancy(p *RedisPresence, syncPrefix string, logger *slog.Logger) *RedisOccupancy {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	o := &RedisOccupancy{
-		p: p, prefix: indexPrefix, log: logger,
-		counts: map[string]int64{}, pending: map[string]struct{}{}, indexed: map[string]map[string]string{}, apps: map[string]string{}, creds: map[string]string{},
+		p: p, prefix: syncPrefix, log: logger,
+		counts: map[string]int64{}, pending: map[string]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	p.mu.Lock()
-	p.onRejoin = o.Resync
-	p.mu.Unlock()
+	p.TrackNodeState(o.Resync, "subs", "conns")
 	go o.loop()
 	return o
 }
 
-func (o *RedisOccupancy) subsKey(node string) string    { return o.p.NodeKey(node, "subs") }
-func (o *RedisOccupancy) socketsKey(node string) string { return o.p.NodeKey(node, "sockets") }
-func (o *RedisOccupancy) connsKey(node string) string   { return o.p.NodeKey(node, "conns") }
+func (o *RedisOccupancy) subsKey(node string) string  { return o.p.NodeKey(node, "subs") }
+func (o *RedisOccupancy) connsKey(node string) string { return o.p.NodeKey(node, "conns") }
 
 // SetConnections gives the batch writer this node's connection count per app, written
 // whenever it changed, so Connections can sum every live node.
@@ -104,85 +100,42 @@ func (o *RedisOccupancy) connDelta() map[string]int64 {
 }
 
 // Subscribed implements Occupancy.
-func (o *RedisOccupancy) Subscribed(app, channel, socketID string) {
-	o.change(app, channel, socketID, 1)
+func (o *RedisOccupancy) Subscribed(app, channel, _ string) {
+	o.change(app, channel, 1)
 }
 
-// SetCredential records the credential hash (the Toolmark page token's, pusher.CredentialIndex)
-// that the index stores with the socket's next subscription to channel, or, when the socket is
-// already subscribed, updates it. It must not contain NUL or \x01.
-func (o *RedisOccupancy) SetCredential(app, channel, socketID, credential string) {
-	if o.prefix == "" || !strings.HasPrefix(channel, o.prefix) {
-		return
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if set := o.indexed[socketID]; set != nil {
-		if _, ok := set[channel]; ok {
-			set[channel] = credential // unchanged on a repeated subscribe; written by Resync otherwise
-			return
-		}
-	}
-	o.creds[socketID+"\x00"+channel] = credential
-}
-
-// Indexed implements Indexer: the socket index of these channels is written synchronously.
-func (o *RedisOccupancy) Indexed(channel string) bool {
+// WritesThrough implements WriteThrough: the counts of these channels are written before
+// Subscribed and Unsubscribed return.
+func (o *RedisOccupancy) WritesThrough(channel string) bool {
 	return o.prefix != "" && strings.HasPrefix(channel, o.prefix)
 }
 
 // Unsubscribed implements Occupancy.
-func (o *RedisOccupancy) Unsubscribed(app, channel, socketID string) {
-	o.change(app, channel, socketID, -1)
+func (o *RedisOccupancy) Unsubscribed(app, channel, _ string) {
+	o.change(app, channel, -1)
 }
 
-func (o *RedisOccupancy) change(app, channel, socketID string, delta int64) {
+func (o *RedisOccupancy) change(app, channel string, delta int64) {
 	f := app + "\x00" + channel
-	indexed := o.prefix != "" && strings.HasPrefix(channel, o.prefix)
+	through := o.WritesThrough(channel)
 	o.mu.Lock()
 	if o.counts[f] += delta; o.counts[f] <= 0 {
 		delete(o.counts, f)
 	}
 	count := o.counts[f]
-	var value string
-	if indexed {
-		set := o.indexed[socketID]
-		ck := socketID + "\x00" + channel
-		if delta > 0 {
-			if set == nil {
-				set = map[string]string{}
-				o.indexed[socketID] = set
-				o.apps[socketID] = app
-			}
-			set[channel] = o.creds[ck]
-			delete(o.creds, ck)
-		} else {
-			delete(set, channel)
-		}
-		if len(set) == 0 {
-			delete(o.indexed, socketID)
-			delete(o.apps, socketID)
-		} else {
-			value = indexValue(app, set)
-		}
-	} else {
+	if !through {
 		o.pending[f] = struct{}{}
 	}
 	o.mu.Unlock()
-	if !indexed {
+	if !through {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	pipe := o.p.rdb.TxPipeline()
+	pipe := o.p.rdb.Pipeline()
 	setCount(ctx, pipe, o.subsKey(o.p.node), f, count)
-	if value == "" {
-		pipe.HDel(ctx, o.socketsKey(o.p.node), socketID)
-	} else {
-		pipe.HSet(ctx, o.socketsKey(o.p.node), socketID, value)
-	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		o.log.Warn("socket index not written; the next resync repairs it", "error", err)
+		o.log.Warn("subscription count not written; the next batch repairs it", "error", err)
 		o.mu.Lock()
 		o.pending[f] = struct{}{}
 		o.mu.Unlock()
@@ -197,19 +150,6 @@ func setCount(ctx context.Context, pipe redis.Pipeliner, key, field string, n in
 	} else {
 		pipe.HDel(ctx, key, field)
 	}
-}
-
-// indexValue is "app NUL channel[\x01credential] NUL ...": channel names never hold either byte.
-func indexValue(app string, set map[string]string) string {
-	parts := []string{app}
-	for ch, cred := range set {
-		if cred != "" {
-			ch += "\x01" + cred
-		}
-		parts = append(parts, ch)
-	}
-	sort.Strings(parts[1:])
-	return strings.Join(parts, "\x00")
 }
 
 func (o *RedisOccupancy) loop() {
@@ -271,45 +211,23 @@ func (o *RedisOccupancy) flush() {
 	}
 }
 
-// Resync rewrites this node's counts and socket index from memory (after Redis lost them).
+// Resync rewrites this node's counts from memory (after Redis lost them).
 func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	o.mu.Lock()
 	counts := make(map[string]any, len(o.counts))
 	for f, n := range o.counts {
 		counts[f] = n
 	}
-	sockets := make(map[string]any, len(o.indexed))
-	for s, set := range o.indexed {
-		sockets[s] = indexValue(o.apps[s], set)
-	}
 	o.pending = map[string]struct{}{}
 	o.wrote = nil // the next flush writes every connection count again
 	o.mu.Unlock()
 	pipe := o.p.rdb.TxPipeline()
-	pipe.Del(ctx, o.subsKey(o.p.node), o.socketsKey(o.p.node), o.connsKey(o.p.node))
+	pipe.Del(ctx, o.subsKey(o.p.node), o.connsKey(o.p.node))
 	if len(counts) > 0 {
 		pipe.HSet(ctx, o.subsKey(o.p.node), counts)
 	}
-	if len(sockets) > 0 {
-		pipe.HSet(ctx, o.socketsKey(o.p.node), sockets)
-	}
 	_, err := pipe.Exec(ctx)
 	return err
-}
-
-// liveNodes lists nodes not yet dead (see RedisPresence), always including this one.
-func (o *RedisOccupancy) liveNodes(ctx context.Context) ([]string, error) {
-	min := strconv.FormatInt(time.Now().Add(-o.p.deadAfter()).UnixMilli(), 10)
-	nodes, err := o.p.rdb.ZRangeByScore(ctx, o.p.nodes(), &redis.ZRangeBy{Min: min, Max: "+inf"}).Result()
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range nodes {
-		if n == o.p.node {
-			return nodes, nil
-		}
-	}
-	return append(nodes, o.p.node), nil
 }
 
 // SubscriptionCount is the channel's subscriber count over every live node.
@@ -326,7 +244,7 @@ func (o *RedisOccupancy) RemoteConnections(ctx context.Context, app string) (int
 // sumOverNodes adds up one field of a per-node hash over the live nodes (this node's too when
 // self), in one pipeline; a missing or non-positive field counts as zero.
 func (o *RedisOccupancy) sumOverNodes(ctx context.Context, key func(node string) string, field string, self bool) (int, error) {
-	nodes, err := o.liveNodes(ctx)
+	nodes, err := o.p.LiveNodes(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -357,7 +275,7 @@ func (o *RedisOccupancy) sumOverNodes(ctx context.Context, key func(node string)
 // "app NUL prefix" field prefix (a hash of a few hundred fields answers in one step), so
 // one app's GET /channels neither reads nor ships another app's channel names.
 func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]ChannelInfo, error) {
-	nodes, err := o.liveNodes(ctx)
+	nodes, err := o.p.LiveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -409,35 +327,6 @@ func globEscape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// Socket finds an indexed socket on any live node: its app and indexed channels, each mapped
-// to its credential hash ("" when none).
-func (o *RedisOccupancy) Socket(ctx context.Context, socketID string) (app string, subs map[string]string, ok bool, err error) {
-	nodes, err := o.liveNodes(ctx)
-	if err != nil {
-		return "", nil, false, err
-	}
-	pipe := o.p.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(nodes))
-	for i, n := range nodes {
-		cmds[i] = pipe.HGet(ctx, o.socketsKey(n), socketID)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return "", nil, false, err
-	}
-	for _, c := range cmds {
-		if v, err := c.Result(); err == nil {
-			parts := strings.Split(v, "\x00")
-			subs = make(map[string]string, len(parts)-1)
-			for _, p := range parts[1:] {
-				ch, cred, _ := strings.Cut(p, "\x01")
-				subs[ch] = cred
-			}
-			return parts[0], subs, true, nil
-		}
-	}
-	return "", nil, false, nil
 }
 
 // Close stops the batch writer after a last flush.

@@ -66,8 +66,10 @@ type RedisPresence struct {
 	mu      sync.Mutex
 	mirror  map[string]Member // entry (app, channel, socket, user) -> member
 	pending []string          // entries whose Leave failed, retried by the heartbeat
-	// onRejoin also writes other per-node state again (RedisOccupancy.Resync).
-	onRejoin func(context.Context) error
+	// resyncs write other per-node state again (TrackNodeState), nodeKeys are its key
+	// suffixes, deleted with a reaped node.
+	resyncs  []func(context.Context) error
+	nodeKeys []string
 	// inflight counts Joins and Leaves under way and ops those finished, so the heartbeat
 	// compares the mirror with Redis only at a quiet moment.
 	inflight atomic.Int64
@@ -281,12 +283,10 @@ func (p *RedisPresence) rejoin(ctx context.Context) error {
 	for e, m := range p.mirror {
 		mirror[e] = m
 	}
-	onRejoin := p.onRejoin
+	resyncs := p.resyncs
 	p.mu.Unlock()
-	if onRejoin != nil {
-		if err := onRejoin(ctx); err != nil {
-			return err
-		}
+	if err := runResyncs(ctx, resyncs); err != nil {
+		return err
 	}
 	if len(mirror) > 0 {
 		p.log.Warn("redis had forgotten this node; joining its presence members again", "node", p.node, "memberships", len(mirror))
@@ -332,7 +332,7 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 	for e, m := range p.mirror {
 		mirror[e] = m
 	}
-	onRejoin := p.onRejoin
+	resyncs := p.resyncs
 	p.mu.Unlock()
 	p.log.Warn("redis presence differs from this node's; repairing", "node", p.node, "redis", card, "node_has", n)
 	inRedis := make(map[string]bool, len(have))
@@ -360,10 +360,7 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 			return err
 		}
 	}
-	if onRejoin != nil {
-		return onRejoin(ctx)
-	}
-	return nil
+	return runResyncs(ctx, resyncs)
 }
 
 func (p *RedisPresence) retryLeaves(ctx context.Context) error {
@@ -421,14 +418,14 @@ if redis.call('SCARD', KEYS[1]) == 0 then
 end
 return out`)
 
-// nodeKeySuffixes are the per-node keys deleted with a reaped node, besides "presence".
-var nodeKeySuffixes = []string{"subs", "sockets", "conns"}
-
 // Reap removes a node whose last heartbeat is not after cutoff, batch by batch, calling
 // OnGone for each user who left; it returns how many did. Survivors may reap the same node
 // concurrently: the script's SREM hands each membership to exactly one of them.
 func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time) (int, error) {
 	set := p.NodeKey(node, "presence")
+	p.mu.Lock()
+	suffixes := p.nodeKeys
+	p.mu.Unlock()
 	gone := 0
 	for {
 		batch, err := p.rdb.SRandMemberN(ctx, set, reapBatch).Result()
@@ -442,7 +439,7 @@ func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time)
 			keys = append(keys, p.sockets(app, ch), p.counts(app, ch), p.users(app, ch))
 			args = append(args, e, socket, user)
 		}
-		for _, s := range nodeKeySuffixes {
+		for _, s := range suffixes {
 			keys = append(keys, p.NodeKey(node, s))
 		}
 		res, err := reapScript.Run(ctx, p.rdb, keys, args...).Slice()

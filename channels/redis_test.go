@@ -13,62 +13,15 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/channels/channelstest"
-	"github.com/reverbgo/reverbgo/internal/testenv"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
-// backend is a Redis the shared suites run against: miniredis always, a real server when
-// REVERBGO_TEST_REDIS_URL is set.
-type backend struct {
-	name string
-	// client returns a new client on the backend's server, closed at test end. Every call in
-	// one test reaches the same server, so several clients make several nodes.
-	client func(t *testing.T) redis.UniversalClient
-}
-
-func backends(t *testing.T) []backend {
-	out := []backend{{"miniredis", func(t *testing.T) redis.UniversalClient {
-		// One miniredis per test, shared by that test's clients.
-		mr, ok := miniByTest[t.Name()]
-		if !ok {
-			mr = miniredis.RunT(t)
-			miniByTest[t.Name()] = mr
-			t.Cleanup(func() { delete(miniByTest, t.Name()) })
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
-		return rdb
-	}}}
-	if u := testenv.RedisURL(t); u != "" {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, backend{"redis", func(t *testing.T) redis.UniversalClient {
-			rdb := redis.NewClient(opt)
-			t.Cleanup(func() { _ = rdb.Close() })
-			return rdb
-		}})
-	} else {
-		t.Log("REVERBGO_TEST_REDIS_URL not set: real-Redis cases skipped")
-	}
-	if addrs := testenv.RedisClusterAddrs(t); addrs != nil {
-		out = append(out, backend{"cluster", func(t *testing.T) redis.UniversalClient {
-			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-			t.Cleanup(func() { _ = rdb.Close() })
-			return rdb
-		}})
-	} else {
-		t.Log("REVERBGO_TEST_REDIS_CLUSTER not set: Redis Cluster cases skipped")
-	}
-	return out
-}
+// backends are the Redis servers the shared suites run against, Redis Cluster included.
+func backends(t *testing.T) []testutil.RedisBackend { return testutil.RedisBackends(t, true) }
 
 // testPrefix is a fresh key prefix per case (isolating cases on a shared real server) with
 // a hash tag, as the node's own prefix has, so every script's keys share a Cluster slot.
 func testPrefix() string { return "{test:" + uuid.NewString() + "}:" }
-
-// miniByTest is touched only from test goroutines of sequential (non-parallel) tests.
-var miniByTest = map[string]*miniredis.Miniredis{}
 
 func TestMemoryBroker(t *testing.T) {
 	channelstest.RunBroker(t, 1, func(t *testing.T, n int) []*channels.Registry {
@@ -78,12 +31,12 @@ func TestMemoryBroker(t *testing.T) {
 
 func TestRedisBroker(t *testing.T) {
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			channelstest.RunBroker(t, 2, func(t *testing.T, n int) []*channels.Registry {
 				ch := "test:" + uuid.NewString() // isolates cases on a shared real server
 				regs := make([]*channels.Registry, n)
 				for i := range regs {
-					b, err := channels.NewRedisBroker(context.Background(), be.client(t), channels.RedisBrokerOptions{Channel: ch})
+					b, err := channels.NewRedisBroker(context.Background(), be.Client(t), channels.RedisBrokerOptions{Channel: ch})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -105,9 +58,9 @@ func newRedisPresence(t *testing.T, rdb redis.UniversalClient, prefix, node stri
 
 func TestRedisPresence(t *testing.T) {
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			channelstest.RunPresence(t, func(t *testing.T) channels.PresenceStore {
-				return newRedisPresence(t, be.client(t), testPrefix(), "", 0, nil)
+				return newRedisPresence(t, be.Client(t), testPrefix(), "", 0, nil)
 			})
 		})
 	}
@@ -131,25 +84,14 @@ func (g *gone) list() []string {
 	return slices.Clone(g.got)
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestRedisPresenceTwoNodes(t *testing.T) {
 	ctx := context.Background()
 	m := channels.Member{UserID: "u1", Info: []byte(`{"name":"a"}`)}
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
-			a := newRedisPresence(t, be.client(t), prefix, "A", 0, nil)
-			b := newRedisPresence(t, be.client(t), prefix, "B", 0, nil)
+			a := newRedisPresence(t, be.Client(t), prefix, "A", 0, nil)
+			b := newRedisPresence(t, be.Client(t), prefix, "B", 0, nil)
 			steps := []struct {
 				name string
 				do   func() (bool, error)
@@ -184,15 +126,15 @@ func TestRedisPresenceTwoNodes(t *testing.T) {
 func TestRedisPresenceReapsDeadNode(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
 			const ttl = 300 * time.Millisecond
 			var g gone
-			dead := channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTimeout: ttl})
+			dead := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTimeout: ttl})
 			if err := dead.Heartbeat(ctx); err != nil { // one heartbeat, then silence: a crash
 				t.Fatal(err)
 			}
-			alive := newRedisPresence(t, be.client(t), prefix, "alive", ttl, g.add)
+			alive := newRedisPresence(t, be.Client(t), prefix, "alive", ttl, g.add)
 			for _, j := range []struct {
 				p          *channels.RedisPresence
 				sock, user string
@@ -202,7 +144,7 @@ func TestRedisPresenceReapsDeadNode(t *testing.T) {
 				}
 			}
 			alive.Start()
-			waitUntil(t, "the dead node reaped", func() bool { return len(g.list()) == 2 })
+			testutil.WaitFor(t, "the dead node reaped", func() bool { return len(g.list()) == 2 })
 			got := g.list()
 			slices.Sort(got)
 			if !slices.Equal(got, []string{"app/presence-r/u1", "app/presence-r/u3"}) {
@@ -277,19 +219,20 @@ func TestRedisPresenceRetriesFailedLeave(t *testing.T) {
 	}
 }
 
-// TestRedisOccupancy: counts, channel lists and the socket index answer for every node;
-// a node that stops heartbeating drops out of the answers.
+// TestRedisOccupancy: counts and channel lists answer for every node (a written-through
+// channel's at once); a node that stops heartbeating drops out of the answers. (The socket
+// index that used to live here is the bridge's: bridge/socketindex_test.go.)
 func TestRedisOccupancy(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
 			const ttl = 600 * time.Millisecond
 			var regs [2]*channels.Registry
 			var occs [2]*channels.RedisOccupancy
 			var pres [2]*channels.RedisPresence
 			for i := range regs {
-				pres[i] = channels.NewRedisPresence(be.client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: ttl})
+				pres[i] = channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: ttl})
 				occs[i] = channels.NewRedisOccupancy(pres[i], "private-toolmark.", nil)
 				t.Cleanup(occs[i].Close)
 				regs[i] = channels.NewRegistry(channels.Options{Presence: pres[i], Occupancy: occs[i]})
@@ -299,10 +242,13 @@ func TestRedisOccupancy(t *testing.T) {
 			}
 			regs[0].Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
 			regs[1].Subscribe("app", "news", &channelstest.Sink{ID: "2.1"})
-			occs[1].SetCredential("app", "private-toolmark.u1.c1", "2.1", "abc123")
 			regs[1].Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "2.1"})
+			// Written through: node A sees it as soon as Subscribe returned on node B.
+			if n, err := occs[0].SubscriptionCount(ctx, "app", "private-toolmark.u1.c1"); err != nil || n != 1 {
+				t.Fatalf("written-through channel right after its subscribe: %d %v", n, err)
+			}
 			regs[1].Subscribe("app2", "news", &channelstest.Sink{ID: "2.2"})
-			waitUntil(t, "counts from both nodes", func() bool {
+			testutil.WaitFor(t, "counts from both nodes", func() bool {
 				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
 				return err == nil && n == 2
 			})
@@ -310,20 +256,14 @@ func TestRedisOccupancy(t *testing.T) {
 			if err != nil || len(list) != 2 || list[0] != (channels.ChannelInfo{Name: "news", SubscriptionCount: 2}) || list[1].Name != "private-toolmark.u1.c1" {
 				t.Fatalf("channels = %+v %v", list, err)
 			}
-			app, chans, ok, err := occs[0].Socket(ctx, "2.1")
-			if err != nil || !ok || app != "app" || len(chans) != 1 || chans["private-toolmark.u1.c1"] != "abc123" {
-				t.Fatalf("socket 2.1 from node A: %q %q %v %v", app, chans, ok, err)
-			}
-			if _, _, ok, _ := occs[0].Socket(ctx, "1.1"); ok {
-				t.Fatal("a socket without indexed channels is indexed")
-			}
 			regs[1].Unsubscribe("app", "private-toolmark.u1.c1", "2.1")
-			if _, _, ok, _ := occs[0].Socket(ctx, "2.1"); ok {
-				t.Fatal("socket still indexed after its last indexed channel")
+			// Written through: gone from node A's answer without waiting for a batch.
+			if n, err := occs[0].SubscriptionCount(ctx, "app", "private-toolmark.u1.c1"); err != nil || n != 0 {
+				t.Fatalf("written-through channel after its unsubscribe: %d %v", n, err)
 			}
 			occs[0].SetConnections(func() map[string]int64 { return map[string]int64{"app": 1} })
 			occs[1].SetConnections(func() map[string]int64 { return map[string]int64{"app": 3, "app2": 1} })
-			waitUntil(t, "node B's connections seen from A", func() bool {
+			testutil.WaitFor(t, "node B's connections seen from A", func() bool {
 				n, err := occs[0].RemoteConnections(ctx, "app")
 				return err == nil && n == 3
 			})
@@ -333,7 +273,7 @@ func TestRedisOccupancy(t *testing.T) {
 			// Node B goes silent: A keeps heartbeating and stops counting B.
 			pres[0].Start()
 			t.Cleanup(func() { _ = pres[0].Close() })
-			waitUntil(t, "node B to drop out", func() bool {
+			testutil.WaitFor(t, "node B to drop out", func() bool {
 				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
 				c, cerr := occs[0].RemoteConnections(ctx, "app")
 				return err == nil && n == 1 && cerr == nil && c == 0
@@ -348,12 +288,12 @@ func TestRedisOccupancy(t *testing.T) {
 func TestRedisCacheAcrossNodes(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
 			ch := "test:" + uuid.NewString()
 			var regs [2]*channels.Registry
 			for i := range regs {
-				rdb := be.client(t)
+				rdb := be.Client(t)
 				cache := channels.NewRedisCache(rdb, prefix)
 				b, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: ch, Cache: cache})
 				if err != nil {
@@ -382,14 +322,14 @@ func TestRedisCacheAcrossNodes(t *testing.T) {
 				}
 			}
 			pub(regs[0], "one", true)
-			waitUntil(t, "node B to replay node A's event", func() bool { return last(regs[1]) == "one" })
+			testutil.WaitFor(t, "node B to replay node A's event", func() bool { return last(regs[1]) == "one" })
 			pub(regs[1], "two", true)
-			waitUntil(t, "node A to replay node B's event", func() bool { return last(regs[0]) == "two" })
+			testutil.WaitFor(t, "node A to replay node B's event", func() bool { return last(regs[0]) == "two" })
 			pub(regs[0], "internal", false) // pusher_internal and client events are never cached
 			pub(regs[0], "three", true)
-			waitUntil(t, "node B to see three", func() bool { return last(regs[1]) == "three" })
+			testutil.WaitFor(t, "node B to see three", func() bool { return last(regs[1]) == "three" })
 			// A node that starts now never delivered it: its answer can only come from Redis.
-			rdb := be.client(t)
+			rdb := be.Client(t)
 			cache := channels.NewRedisCache(rdb, prefix)
 			late := channels.NewRegistry(channels.Options{Cache: cache})
 			if got := last(late); got != "three" {

@@ -43,6 +43,7 @@ type Registry struct {
 	broker   Broker
 	presence PresenceStore
 	occ      Occupancy
+	watch    Watch
 	cache    *cacheStore
 	// remoteCache, when set, is the cluster's cache (see LastEvent in cache.go).
 	remoteCache CacheReader
@@ -57,6 +58,25 @@ type Options struct {
 	Occupancy Occupancy
 	// Cache, when set, answers cache channels' last events cluster-wide.
 	Cache CacheReader
+	// Watch, when its Observer is set, hears about the subscriptions of its channels.
+	Watch Watch
+}
+
+// Watch is the registry's subscription-observer hook: Observer hears about every local
+// subscribe and unsubscribe of a channel whose name starts with Prefix, after the change,
+// outside the registry's locks, before Subscribe or Unsubscribe returns (so a caller that
+// answers the client afterwards answers after the observer). The bridge's socket index
+// is fed this way; the registry knows nothing of what an observer keeps. Waits says that
+// the observer's calls make network round trips (see SubscribeWaits).
+type Watch struct {
+	Prefix   string
+	Observer Occupancy
+	Waits    bool
+}
+
+// watches reports whether the Watch hears about the channel.
+func (w *Watch) watches(name string) bool {
+	return w.Observer != nil && strings.HasPrefix(name, w.Prefix)
 }
 
 // NewRegistry builds a registry. With Options.Broker nil, a MemoryBroker delivering to
@@ -71,6 +91,7 @@ func NewRegistry(opts Options) *Registry {
 		r.broker = NewMemoryBroker(r.DeliverLocal)
 	}
 	r.occ = opts.Occupancy
+	r.watch = opts.Watch
 	r.remoteCache = opts.Cache
 	r.presence = opts.Presence
 	if r.presence == nil {
@@ -120,8 +141,13 @@ func (r *Registry) Subscribe(app, name string, sub Subscriber) (count int, added
 	}
 	count = len(ch.subs)
 	ch.mu.Unlock()
-	if added && r.occ != nil && !IsInternal(name) {
-		r.occ.Subscribed(app, name, sub.SocketID())
+	if added && !IsInternal(name) {
+		if r.occ != nil {
+			r.occ.Subscribed(app, name, sub.SocketID())
+		}
+		if r.watch.watches(name) {
+			r.watch.Observer.Subscribed(app, name, sub.SocketID())
+		}
 	}
 	return count, added
 }
@@ -169,8 +195,13 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 		}
 		s.mu.Unlock()
 	}
-	if removed && r.occ != nil && !IsInternal(name) {
-		r.occ.Unsubscribed(app, name, socketID)
+	if removed && !IsInternal(name) {
+		if r.occ != nil {
+			r.occ.Unsubscribed(app, name, socketID)
+		}
+		if r.watch.watches(name) {
+			r.watch.Observer.Unsubscribed(app, name, socketID)
+		}
 	}
 	return remaining, removed
 }
@@ -228,16 +259,19 @@ func (r *Registry) Remote() bool {
 }
 
 // SubscribeWaits reports whether Subscribe or Unsubscribe of the channel makes a network
-// round trip (an Occupancy that indexes it synchronously, see Indexer).
+// round trip (an Occupancy that writes it through, see WriteThrough, or a Watch that Waits).
 func (r *Registry) SubscribeWaits(name string) bool {
-	ix, ok := r.occ.(Indexer)
-	return ok && ix.Indexed(name)
+	if r.watch.Waits && r.watch.watches(name) {
+		return true
+	}
+	wt, ok := r.occ.(WriteThrough)
+	return ok && wt.WritesThrough(name)
 }
 
-// Indexer is implemented by an Occupancy whose Subscribed and Unsubscribed write some
+// WriteThrough is implemented by an Occupancy whose Subscribed and Unsubscribed write some
 // channels through to the network before returning.
-type Indexer interface {
-	Indexed(channel string) bool
+type WriteThrough interface {
+	WritesThrough(channel string) bool
 }
 
 // DeliverLocal queues the frame on every local subscriber except m.Except and records it

@@ -3,6 +3,8 @@
 // on a bad value. Only cmd/reverbgo reads files; every other package takes these structs.
 package config
 
+import "time"
+
 // Config is the whole server configuration.
 type Config struct {
 	Server  Server  `mapstructure:"server"`
@@ -29,6 +31,21 @@ type Server struct {
 	// ShutdownTimeoutSeconds bounds how long in-flight HTTP requests may take on SIGTERM (default 10).
 	ShutdownTimeoutSeconds int `mapstructure:"shutdown_timeout"`
 	Log                    Log `mapstructure:"log"`
+	// WriteCoalesceMS is the longest, in milliseconds, that a frame for a socket may wait for
+	// more frames to join it in one write. The wait is adaptive: it applies only while the
+	// socket's flusher is busy (its previous round wrote, or left waiting, dozens of
+	// sockets), so an idle server writes at once. 0 = off (every frame is written as soon as it is
+	// queued); absent = DefaultWriteCoalesceMS. A pointer: an explicit 0 is not "default".
+	WriteCoalesceMS *int `mapstructure:"write_coalesce_ms"`
+}
+
+// WriteCoalesce is the effective coalescing window (0 = off).
+func (s *Server) WriteCoalesce() time.Duration {
+	ms := DefaultWriteCoalesceMS
+	if s.WriteCoalesceMS != nil {
+		ms = *s.WriteCoalesceMS
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // Log selects the log format and the minimum level; --log-level overrides Level.

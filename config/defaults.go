@@ -21,13 +21,20 @@ const (
 	DefaultNodeTimeout          = 10
 	DefaultLogFormat            = "json"
 	DefaultLogLevel             = "info"
+	// DefaultWriteCoalesceMS: adaptive coalescing, up to 2 ms, on by default. Under load
+	// it turns several writes per socket into one; idle, it adds nothing.
+	DefaultWriteCoalesceMS = 2
+	// MaxWriteCoalesceMS bounds server.write_coalesce_ms: a longer window is a delay, not
+	// batching, for a realtime protocol.
+	MaxWriteCoalesceMS = 1000
 )
 
 // ApplyDefaults fills every field left at its zero value with its default and normalises
 // server.path. A zero number therefore means "default", except max_connections where 0 means
-// unlimited, and client_event_rate_limit, a pointer, where only an absent value takes the
-// default and an explicit 0 means unlimited. An empty allowed_origins list also means ["*"]:
-// list the origins to restrict them. ApplyDefaults is idempotent.
+// unlimited, and client_event_rate_limit and server.write_coalesce_ms, pointers, where only
+// an absent value takes the default and an explicit 0 means unlimited (respectively off). An
+// empty allowed_origins list also means ["*"]: list the origins to restrict them.
+// ApplyDefaults is idempotent.
 func (c *Config) ApplyDefaults() {
 	s := &c.Server
 	if s.Host == "" {
@@ -48,6 +55,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if s.Log.Level == "" {
 		s.Log.Level = DefaultLogLevel
+	}
+	if s.WriteCoalesceMS == nil {
+		s.WriteCoalesceMS = ptr(DefaultWriteCoalesceMS)
 	}
 	if c.Scaling.Channel == "" {
 		c.Scaling.Channel = DefaultScalingChannel

@@ -111,6 +111,9 @@ func (c *Config) validateServer(v *validator) {
 	}
 	v.positive("server.max_request_size", s.MaxRequestSize)
 	v.nonNegative("server.shutdown_timeout", int64(s.ShutdownTimeoutSeconds))
+	if ms := s.WriteCoalesceMS; ms != nil && (*ms < 0 || *ms > MaxWriteCoalesceMS) {
+		v.add("server.write_coalesce_ms", "must be between 0 (off) and %d milliseconds, got %d", MaxWriteCoalesceMS, *ms)
+	}
 	switch {
 	case s.TLS.Cert != "" && s.TLS.Key == "":
 		v.add("server.tls.key", "must be set when server.tls.cert is set")

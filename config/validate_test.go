@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestValidationErrors loads each bad file and checks the error names the key.
@@ -36,6 +37,9 @@ func TestValidationErrors(t *testing.T) {
 		{"negative batch size", minimal + "    max_batch_size: -1\n", "apps[0].max_batch_size: must be > 0"},
 		{"negative request size", "server: {max_request_size: -1}\n" + minimal, "server.max_request_size: must be > 0"},
 		{"negative shutdown", "server: {shutdown_timeout: -1}\n" + minimal, "server.shutdown_timeout: must be >= 0"},
+		{"write_coalesce_ms negative", "server: {write_coalesce_ms: -1}\n" + minimal,
+			"server.write_coalesce_ms: must be between 0 (off) and 1000 milliseconds, got -1"},
+		{"write_coalesce_ms too long", "server: {write_coalesce_ms: 1001}\n" + minimal, "server.write_coalesce_ms: must be between 0 (off) and 1000"},
 		{"port too big", "server: {port: 65536}\n" + minimal, "server.port: must be between 1 and 65535"},
 		{"port negative", "server: {port: -1}\n" + minimal, "server.port: must be between 1 and 65535"},
 		{"activity_timeout negative", minimal + "    activity_timeout: -1\n", "apps[0].activity_timeout: must be > 0"},
@@ -144,5 +148,39 @@ apps:
 	}
 	if c.AppByID("2").AcceptClientEventsFrom != ClientEventsNone || c.Server.Path != "/ws" || !c.Console.Enabled || c.Console.Token != "s3cret-console-token" {
 		t.Fatalf("%+v", c)
+	}
+}
+
+// server.write_coalesce_ms: absent is the adaptive default, an explicit 0 is off (not the
+// default), and a value is the window in milliseconds.
+func TestWriteCoalesce(t *testing.T) {
+	clearEnv(t)
+	tests := []struct {
+		name   string
+		server string
+		want   time.Duration
+	}{
+		{"absent: default", "", DefaultWriteCoalesceMS * time.Millisecond},
+		{"0: off", "server: {write_coalesce_ms: 0}\n", 0},
+		{"5 ms", "server: {write_coalesce_ms: 5}\n", 5 * time.Millisecond},
+		{"the maximum", "server: {write_coalesce_ms: 1000}\n", time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(writeFile(t, tt.server+minimal))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Server.WriteCoalesce(); got != tt.want {
+				t.Fatalf("WriteCoalesce() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if _, err := Load(writeFile(t, "server: {write_coalesce_ms: soon}\n"+minimal)); err == nil || !strings.Contains(err.Error(), "write_coalesce_ms") {
+		t.Fatalf("a non-number: error %v, want it to name write_coalesce_ms", err)
+	}
+	// A Config built by hand without ApplyDefaults (as tests and embedders do) gets the default too.
+	if got := (&Server{}).WriteCoalesce(); got != DefaultWriteCoalesceMS*time.Millisecond {
+		t.Fatalf("zero Server: %v", got)
 	}
 }

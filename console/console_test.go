@@ -17,6 +17,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"github.com/reverbgo/reverbgo/pusher"
 )
 
@@ -323,13 +324,7 @@ func TestStream(t *testing.T) {
 		return ev == "stats" && seen == 3 && toolmark && strings.Contains(data, `"dropped":5`)
 	})
 	cancel()
-	deadline := time.Now().Add(5 * time.Second)
-	for h.srv.observing() {
-		if time.Now().After(deadline) {
-			t.Fatal("observer still attached after the last console closed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, "the observer to detach after the last console closed", func() bool { return !h.srv.observing() })
 }
 
 func TestPreviewAndHiddenData(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // server runs h behind Guard on a real listener, as cmd/reverbgo does.
@@ -47,15 +49,6 @@ func status(t *testing.T, c net.Conn, within time.Duration) int {
 	return resp.StatusCode
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // readAll is a handler that reads the body and answers 200 with its length.
 func readAll(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(r.Body)
@@ -86,7 +79,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the slow body was never cut")
 	}
-	waitFor(t, "the slot to be free", func() bool { return g.Pending() == 0 })
+	testutil.WaitFor(t, "the slot to be free", func() bool { return g.Pending() == 0 })
 }
 
 // TestLongHandlerAfterBody: once the body is read, a handler may wait far longer than
@@ -129,7 +122,7 @@ func TestPendingCap(t *testing.T) {
 	})
 	a := rawPost(t, ts, "/", 4, "ab")
 	rawPost(t, ts, "/", 4, "ab")
-	waitFor(t, "two pending", func() bool { return g.Pending() == 2 })
+	testutil.WaitFor(t, "two pending", func() bool { return g.Pending() == 2 })
 	if code := status(t, rawPost(t, ts, "/", 4, "abcd"), 2*time.Second); code != http.StatusServiceUnavailable {
 		t.Fatalf("third request: %d, want 503", code)
 	}
@@ -139,11 +132,11 @@ func TestPendingCap(t *testing.T) {
 	if code := status(t, a, 2*time.Second); code != 200 {
 		t.Fatalf("first request after its body: %d", code)
 	}
-	waitFor(t, "one pending", func() bool { return g.Pending() == 1 })
+	testutil.WaitFor(t, "one pending", func() bool { return g.Pending() == 1 })
 	if code := status(t, rawPost(t, ts, "/reject", 1<<20, "x"), 2*time.Second); code != http.StatusUnauthorized {
 		t.Fatalf("rejected request: %d", code)
 	}
-	waitFor(t, "the rejected request's slot to be free", func() bool { return g.Pending() == 1 })
+	testutil.WaitFor(t, "the rejected request's slot to be free", func() bool { return g.Pending() == 1 })
 	// WebSocket upgrades are not counted.
 	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/", nil)
 	req.Header.Set("Upgrade", "websocket")

@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // TestCORS: preflights are admitted by any app serving MCP (the app is unknown before the
 // token), real responses by the token's own app, a 401 by any serving app; every match goes
 // through the origin package, the matcher of the WebSocket and the page endpoint.
 func TestCORS(t *testing.T) {
-	apps := fakeApps{
+	apps := testutil.Apps{
 		{ID: "app1", Key: "key1", Secret: "secret1", AllowedOrigins: []string{"https://agent.example.com"},
 			Toolmark: config.Toolmark{Enabled: true, MCP: config.ToolmarkMCP{Enabled: true}}},
 		{ID: "app2", Key: "key2", Secret: "secret2", AllowedOrigins: []string{"https://bridge-only.example"},

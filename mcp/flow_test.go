@@ -13,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reverbgo/reverbgo/bridge"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 func bridgeLimits() bridge.Limits {
@@ -105,7 +106,7 @@ func TestFlow(t *testing.T) {
 
 	// A new manifest: list_changed; the old listing still reaches the page with rev 1.
 	h.openPage("c1", "p1", 2, testTools[1:])
-	waitFor(t, "list_changed", func() bool { return changed.Load() == 1 })
+	testutil.WaitFor(t, "list_changed", func() bool { return changed.Load() == 1 })
 	h.page.setAnswer(func(m pageMsg) json.RawMessage {
 		if m.Type == bridge.TypeCall && m.Rev != nil && *m.Rev < 2 {
 			return json.RawMessage(`{"status":"refused","code":"stale","message":"Stale","rev":2}`)
@@ -156,7 +157,7 @@ func TestTimeoutAndCancel(t *testing.T) {
 		t.Fatalf("timeout: %v %s", err, mustJSON(res))
 	}
 	call := h.page.messages(bridge.TypeCall)[0]
-	waitFor(t, "cancel after timeout", func() bool {
+	testutil.WaitFor(t, "cancel after timeout", func() bool {
 		for _, m := range h.page.messages(bridge.TypeCancel) {
 			if m.ID == call.ID {
 				return true
@@ -168,10 +169,10 @@ func TestTimeoutAndCancel(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := cs.CallTool(cctx, &sdk.CallToolParams{Name: "notes__create"}); done <- err }()
-	waitFor(t, "second call", func() bool { return len(h.page.messages(bridge.TypeCall)) == 2 })
+	testutil.WaitFor(t, "second call", func() bool { return len(h.page.messages(bridge.TypeCall)) == 2 })
 	cancel()
 	second := h.page.messages(bridge.TypeCall)[1]
-	waitFor(t, "cancel after notifications/cancelled", func() bool {
+	testutil.WaitFor(t, "cancel after notifications/cancelled", func() bool {
 		for _, m := range h.page.messages(bridge.TypeCancel) {
 			if m.ID == second.ID {
 				return true
@@ -207,8 +208,8 @@ func TestConfirmation(t *testing.T) {
 		"result": map[string]any{"status": "ok"}}); code != http.StatusNoContent {
 		t.Fatalf("confirmed: %d", code)
 	}
-	waitFor(t, "toolmark_confirmed", func() bool { return len(h.hooks.all()) == 1 })
-	ev := h.hooks.all()[0]
+	testutil.WaitFor(t, "toolmark_confirmed", func() bool { return len(h.hooks.All()) == 1 })
+	ev := h.hooks.All()[0].Event
 	id, _ := ev["tool_use_id"].(string)
 	prefix := "mcp:" + cs.ID() + ":"
 	if !strings.HasPrefix(id, prefix) || strings.Trim(id[len(prefix):], "0123456789") != "" || len(id) == len(prefix) {
@@ -279,7 +280,7 @@ func TestSessionBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := h.client(token("secret1", nil), nil)
-	waitFor(t, "the least recently used session to close", func() bool {
+	testutil.WaitFor(t, "the least recently used session to close", func() bool {
 		return h.mcp.sessionCount(bridge.ConvKey{App: "app1", User: "u1", Conversation: "c1"}) == 2
 	})
 	if err := first.Ping(ctx, nil); err == nil {

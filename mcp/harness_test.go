@@ -29,70 +29,12 @@ import (
 // Publisher that answers each broadcast message by POSTing to the bridge's page endpoint, as
 // @toolmark/core's echoTransport does.
 
-type fakeApps []*config.App
-
-func (f fakeApps) AppByID(id string) *config.App {
-	for _, a := range f {
-		if a.ID == id {
-			return a
-		}
-	}
-	return nil
-}
-
-func (f fakeApps) AllApps() []*config.App { return f }
-
-func (f fakeApps) AppByKey(key string) *config.App {
-	for _, a := range f {
-		if a.Key == key {
-			return a
-		}
-	}
-	return nil
-}
-
-// fakeSockets: socket sockID(conv) is subscribed to private-toolmark.u1.{conv} of app1 while the
-// page is open.
-type fakeSockets struct {
-	mu   sync.Mutex
-	open map[string]string // socket → channel
-}
-
 // sockID is the (valid, numeric) socket id of conv's page; sockToken its page token.
 func sockID(conv string) string {
 	return "1." + strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(conv))), 10)
 }
 
-func sockToken(id string) string { return "token-of-" + id }
-
-// Subscriptions implements bridge.Sockets: the page's channel with its token's hash.
-func (f *fakeSockets) Subscriptions(id string) (string, map[string]string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch, ok := f.open[id]
-	if !ok {
-		return "", nil, false
-	}
-	return "app1", map[string]string{ch: bridge.TokenHash(sockToken(id))}, true
-}
-
-func (f *fakeSockets) Channels(id string) (string, []string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch, ok := f.open[id]
-	return "app1", []string{ch}, ok
-}
-
-func (f *fakeSockets) Subscribed(app, channel string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, ch := range f.open {
-		if app == "app1" && ch == channel {
-			return true
-		}
-	}
-	return false
-}
+func sockToken(id string) string { return testutil.PageToken(id) }
 
 // pageMsg is a server-to-page message as the page decodes it.
 type pageMsg struct {
@@ -182,41 +124,23 @@ func (p *fakePage) setAnswer(f func(m pageMsg) json.RawMessage) {
 	p.answer = f
 }
 
-// fakeEmitter records webhook events (toolmark_confirmed).
-type fakeEmitter struct {
-	mu     sync.Mutex
-	events []map[string]any
-}
-
-func (f *fakeEmitter) Emit(_ string, e map[string]any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.events = append(f.events, e)
-}
-
-func (f *fakeEmitter) all() []map[string]any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]map[string]any(nil), f.events...)
-}
-
 type harness struct {
 	t       testing.TB
-	hooks   *fakeEmitter
+	hooks   *testutil.Emitter
 	srv     *httptest.Server
 	br      *bridge.Bridge
 	mcp     *Server
 	page    *fakePage
-	sockets *fakeSockets
-	apps    fakeApps
+	sockets *testutil.Sockets
+	apps    testutil.Apps
 	logs    *syncBuffer
 }
 
 // syncBuffer collects log lines (the shared helper).
 type syncBuffer = testutil.SyncBuffer
 
-func testApps() fakeApps {
-	return fakeApps{
+func testApps() testutil.Apps {
+	return testutil.Apps{
 		{ID: "app1", Key: "key1", Secret: "secret1", Toolmark: config.Toolmark{Enabled: true, CallTimeoutMS: 3000,
 			MaxTimeoutMS: 600000, MCP: config.ToolmarkMCP{Enabled: true}}},
 		{ID: "app2", Key: "key2", Secret: "secret2", Toolmark: config.Toolmark{Enabled: true}},
@@ -226,7 +150,8 @@ func testApps() fakeApps {
 }
 
 func newHarness(t testing.TB, limits bridge.Limits, with ...func(*Options)) *harness {
-	h := &harness{t: t, hooks: &fakeEmitter{}, sockets: &fakeSockets{open: map[string]string{}}, apps: testApps(), logs: &syncBuffer{}}
+	h := &harness{t: t, hooks: &testutil.Emitter{},
+		sockets: &testutil.Sockets{Hash: bridge.TokenHash, Prefix: bridge.ChannelPrefix}, apps: testApps(), logs: &syncBuffer{}}
 	h.page = &fakePage{t: t}
 	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
 	feed := bridge.NewLocalFeed()
@@ -258,18 +183,14 @@ func newHarness(t testing.TB, limits bridge.Limits, with ...func(*Options)) *har
 // openPage subscribes the page's socket to conv and posts a manifest.
 func (h *harness) openPage(conv, clientID string, rev int64, tools []map[string]any) {
 	h.t.Helper()
-	h.sockets.mu.Lock()
-	h.sockets.open[sockID(conv)] = bridge.Channel("u1", conv)
-	h.sockets.mu.Unlock()
+	h.sockets.Set(sockID(conv), "app1", bridge.Channel("u1", conv))
 	if code := h.page.post(conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": clientID, "rev": rev, "tools": tools}); code != http.StatusNoContent {
 		h.t.Fatalf("manifest: %d", code)
 	}
 }
 
 func (h *harness) closePage(conv string) {
-	h.sockets.mu.Lock()
-	defer h.sockets.mu.Unlock()
-	delete(h.sockets.open, sockID(conv))
+	h.sockets.Remove(sockID(conv))
 }
 
 // token mints an HS256 token; claims override the defaults (nil deletes one).
@@ -318,17 +239,6 @@ func (h *harness) client(tok string, onListChanged func()) *sdk.ClientSession {
 	}
 	h.t.Cleanup(func() { _ = cs.Close() })
 	return cs
-}
-
-// waitFor polls cond until it holds or 5 s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -44,9 +44,23 @@ func BenchmarkFanoutFrames(b *testing.B) {
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "deliveries/s")
 		})
 	}
-	for _, n := range []int{10, 100} {
-		b.Run(fmt.Sprintf("ws-%d", n), func(b *testing.B) {
-			ts := newServer(b, withOptions(func(o *Options) { o.MaxQueueBytes = 256 << 20 }))
+	// ws-N runs with the default (adaptive) coalescing, ws-N-coalesce-off with
+	// server.write_coalesce_ms: 0; frames/write and writes/delivery say what coalescing saved.
+	for _, bc := range []struct {
+		n   int
+		off bool
+	}{{10, false}, {100, false}, {100, true}} {
+		n := bc.n
+		name := fmt.Sprintf("ws-%d", n)
+		if bc.off {
+			name += "-coalesce-off"
+		}
+		b.Run(name, func(b *testing.B) {
+			ts := newServer(b, withOptions(func(o *Options) { o.MaxQueueBytes = 256 << 20 }), func(s *setup) {
+				if bc.off {
+					s.cfg.Server.WriteCoalesceMS = intPtr(0)
+				}
+			})
 			clients := make([]*client, n)
 			for i := range clients {
 				clients[i] = ts.connect(b)
@@ -55,6 +69,7 @@ func BenchmarkFanoutFrames(b *testing.B) {
 				clients[i].count.Store(0)
 			}
 			b.ReportAllocs()
+			w0 := ts.s.writeCounts()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := ts.s.Publish(testAppID, "orders", "order.shipped", data); err != nil {
@@ -72,6 +87,12 @@ func BenchmarkFanoutFrames(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "deliveries/s")
+			w := ts.s.writeCounts()
+			w.Writev -= w0.Writev
+			w.Blocking -= w0.Blocking
+			w.Frames -= w0.Frames
+			b.ReportMetric(w.FramesPerWrite(), "frames/write")
+			b.ReportMetric(float64(w.Writev+w.Blocking)/float64(b.N*n), "writes/delivery")
 		})
 	}
 }

@@ -1,6 +1,8 @@
 package pusher
 
 import (
+	"github.com/reverbgo/reverbgo/ws"
+
 	"errors"
 	"net/http"
 	"strconv"
@@ -91,6 +93,9 @@ var (
 	descChannels       = desc("reverbgo_channels", "Occupied channels on this node, by channel type.", "app", "type")
 	descSubscriptions  = desc("reverbgo_subscriptions", "Channel subscriptions on this node, by channel type.", "app", "type")
 	descPresence       = desc("reverbgo_presence_members", "Distinct (channel, user) presence memberships held by this node's sockets.", "app")
+	descSocketWrites   = desc("reverbgo_socket_writes_total", "Writes to WebSocket sockets: path=writev counts the flushers' non-blocking writev syscalls, path=blocking the batches of the blocking writer (TLS, full sockets).", "path")
+	descFramesWritten  = desc("reverbgo_frames_written_total", "Frames handed to socket writes; divided by reverbgo_socket_writes_total, the frames per write.")
+	descFlushRounds    = desc("reverbgo_flusher_rounds_total", "Flusher rounds (each writes every socket with frames queued); coalesced=true counts the rounds that waited for server.write_coalesce_ms.", "coalesced")
 )
 
 // Collector exposes the server's counters and gauges to a Prometheus registry.
@@ -101,7 +106,7 @@ type collector struct{ s *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConnections, descOpened, descClosed, descRefused, descSlow,
 		descClientMessages, descRateLimited, descPublished, descDeliveries, descDeliveryBytes,
-		descChannels, descSubscriptions, descPresence} {
+		descChannels, descSubscriptions, descPresence, descSocketWrites, descFramesWritten, descFlushRounds} {
 		ch <- d
 	}
 	c.s.httpVec().Describe(ch)
@@ -152,8 +157,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	frames, bytes := s.reg.Deliveries()
 	ch <- counter(descDeliveries, frames)
 	ch <- counter(descDeliveryBytes, bytes)
+	w := s.writeCounts()
+	ch <- counter(descSocketWrites, w.Writev, "writev")
+	ch <- counter(descSocketWrites, w.Blocking, "blocking")
+	ch <- counter(descFramesWritten, w.Frames)
+	ch <- counter(descFlushRounds, w.Rounds, "false")
+	ch <- counter(descFlushRounds, w.Coalesced, "true")
 	s.httpVec().Collect(ch)
 }
+
+// writeCounts are the transport's write-path counters (see ws.WriteCounts).
+func (s *Server) writeCounts() ws.WriteCounts { return s.transport.WriteCounts() }
 
 // presenceMembers counts, per app, the distinct (channel, user) pairs of this node's
 // presence subscriptions. It walks the socket table: scrape-time cost only.

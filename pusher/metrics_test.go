@@ -113,6 +113,21 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	if v := sample(t, reg, "reverbgo_deliveries_total", nil); v < 2 {
 		t.Errorf("deliveries = %v", v)
 	}
+	// Every socket wrote at least its subscription_succeeded and the event through a flusher
+	// (connection_established went out with the 101, before the flusher).
+	writes := sample(t, reg, "reverbgo_socket_writes_total", map[string]string{"path": "writev"})
+	if frames := sample(t, reg, "reverbgo_frames_written_total", nil); writes < 2 || frames < writes {
+		t.Errorf("writev calls = %v, frames written = %v", writes, frames)
+	}
+	if v := sample(t, reg, "reverbgo_socket_writes_total", map[string]string{"path": "blocking"}); v != 0 {
+		t.Errorf("blocking writes = %v on fast sockets that never filled", v)
+	}
+	if v := sample(t, reg, "reverbgo_flusher_rounds_total", map[string]string{"coalesced": "false"}); v < 2 {
+		t.Errorf("flusher rounds = %v", v)
+	}
+	if v := sample(t, reg, "reverbgo_flusher_rounds_total", map[string]string{"coalesced": "true"}); v != 0 {
+		t.Errorf("coalesced rounds = %v on an idle server", v)
+	}
 	// The Pusher HTTP API's routes are package api's (TestAPIRequestsCounted there).
 	if st, _ := ts.rawAPI(t, "GET", "/up", nil); st != http.StatusOK {
 		t.Fatalf("/up: %d", st)

@@ -49,7 +49,8 @@ type Options struct {
 	Cluster ClusterView
 }
 
-// ClusterView is the cluster-wide read side (channels.RedisOccupancy). When it fails, the
+// ClusterView is the cluster-wide read side (channels.RedisOccupancy and, for Socket, the
+// bridge.RedisSocketIndex, combined in cmd/reverbgo). When it fails, the
 // server answers from this node alone rather than failing the request.
 type ClusterView interface {
 	SubscriptionCount(ctx context.Context, app, channel string) (int, error)
@@ -121,7 +122,8 @@ func NewServer(opts Options) *Server {
 		s.reg.Subscribe(a.cfg.ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg.ID})
 	}
 	// Origin is checked per app after the upgrade (4009), in Accept.
-	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes})
+	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
+		CoalesceWindow: s.cfg.Server.WriteCoalesce()})
 	s.wg.Add(1)
 	go s.sweepLoop()
 	return s

@@ -30,7 +30,7 @@ const ToolmarkChannelPrefix = "private-toolmark."
 const ToolmarkSessionEvent = "toolmark.session"
 
 // CredentialIndex is implemented by a ClusterView whose socket index can keep a credential
-// hash with an indexed channel (channels.RedisOccupancy). SetCredential is called before the
+// hash with an indexed channel (bridge.RedisSocketIndex). SetCredential is called before the
 // subscription that it belongs to is registered.
 type CredentialIndex interface {
 	SetCredential(app, channel, socketID, credential string)

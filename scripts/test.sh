@@ -18,6 +18,12 @@ go test -race -count=1 ./...
 echo "== benchmarks (once each, to keep them compiling and working)"
 go test -run '^$' -bench . -benchtime=1x ./... >/tmp/reverbgo-bench-once.log 2>&1 || { cat /tmp/reverbgo-bench-once.log; exit 1; }
 
+echo "== bench modules of their own (library comparisons: parity tests, benchmarks once)"
+# Separate modules so the server gains no dependency on nbio, fastjson or sonic.
+(cd bench/jsoncmp && go vet ./... && go test -count=1 -bench . -benchtime=1x .)
+# nbio's own accept-to-poller handoff trips the race detector (docs/benchmarks.md), so no -race.
+(cd bench/nbioserver && go vet ./... && go test -count=1 .)
+
 echo "== build"
 mkdir -p bin
 CGO_ENABLED=0 go build -o bin/reverbgo ./cmd/reverbgo

@@ -11,36 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/config"
-	"github.com/reverbgo/reverbgo/internal/testenv"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // sharedStores returns, per backend (miniredis, and a real server when
 // REVERBGO_TEST_REDIS_URL is set), a constructor of one more node's store on a Redis shared
 // by the test.
 func sharedStores(t *testing.T) map[string]func(t *testing.T) func() Store {
-	out := map[string]func(t *testing.T) func() Store{
-		"miniredis": func(t *testing.T) func() Store {
-			mr := miniredis.RunT(t)
-			prefix := "t:"
-			return func() Store {
-				rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-				t.Cleanup(func() { _ = rdb.Close() })
-				return NewRedisStore(rdb, prefix, uuid.NewString())
-			}
-		},
-	}
-	if u := testenv.RedisURL(t); u != "" {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out["redis"] = func(t *testing.T) func() Store {
+	out := map[string]func(t *testing.T) func() Store{}
+	for _, be := range testutil.RedisBackends(t, false) {
+		out[be.Name] = func(t *testing.T) func() Store {
 			prefix := "t:" + uuid.NewString() + ":"
-			return func() Store {
-				rdb := redis.NewClient(opt)
-				t.Cleanup(func() { _ = rdb.Close() })
-				return NewRedisStore(rdb, prefix, uuid.NewString())
-			}
+			return func() Store { return NewRedisStore(be.Client(t), prefix, uuid.NewString()) }
 		}
 	}
 	return out
@@ -88,9 +70,9 @@ func TestClusterOnce(t *testing.T) {
 			n2.Emit("1", Event{"name": ChannelOccupied, "channel": "c"})
 			n1.Emit("1", Event{"name": "client_event", "channel": "c"})
 			n2.Emit("1", Event{"name": ChannelVacated, "channel": "c"}) // n1 still has it
-			eventually(t, "occupied and client_event", func() bool { return len(delivered(rcv)) == 2 })
+			testutil.WaitFor(t, "occupied and client_event", func() bool { return len(delivered(rcv)) == 2 })
 			n1.Emit("1", Event{"name": ChannelVacated, "channel": "c"})
-			eventually(t, "vacated", func() bool { return len(delivered(rcv)) == 3 })
+			testutil.WaitFor(t, "vacated", func() bool { return len(delivered(rcv)) == 3 })
 			time.Sleep(500 * time.Millisecond) // longer than the hold and several polls: nothing else
 			want := []string{"channel_occupied:c", "client_event:c", "channel_vacated:c"}
 			if got := delivered(rcv); !slices.Equal(got, want) {
@@ -117,12 +99,12 @@ func TestClusterHold(t *testing.T) {
 			began := time.Now()
 			n1.Emit("1", ev(MemberRemoved, "back"))
 			n1.Emit("1", ev(MemberRemoved, "gone"))
-			eventually(t, "both removals held", func() bool {
+			testutil.WaitFor(t, "both removals held", func() bool {
 				hs, _ := n2.store.Due(context.Background(), time.Now().Add(time.Hour), 10)
 				return len(hs) == 2
 			})
 			n2.Emit("1", ev(MemberAdded, "back"))
-			eventually(t, "gone removed", func() bool { return len(delivered(rcv)) == 3 })
+			testutil.WaitFor(t, "gone removed", func() bool { return len(delivered(rcv)) == 3 })
 			if el := time.Since(began); el < 250*time.Millisecond {
 				t.Errorf("member_removed after %v, before the hold", el)
 			}
@@ -159,7 +141,7 @@ func TestClusterRestart(t *testing.T) {
 			for _, id := range []string{"c1", "c2", "c3"} {
 				n1.Emit("1", Event{"name": "toolmark_confirmed", "call_id": id})
 			}
-			eventually(t, "a failed attempt", func() bool { return n1.Stats().Failed >= 1 })
+			testutil.WaitFor(t, "a failed attempt", func() bool { return n1.Stats().Failed >= 1 })
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := n1.Close(ctx); err != nil {
@@ -170,7 +152,7 @@ func TestClusterRestart(t *testing.T) {
 			}
 			close(up)
 			n2 := clusterNode(t, node(), a)
-			eventually(t, "all three", func() bool { return n2.Stats().Sent == 3 })
+			testutil.WaitFor(t, "all three", func() bool { return n2.Stats().Sent == 3 })
 			time.Sleep(200 * time.Millisecond)
 			var ids []string
 			for _, dv := range rcv.successful() {
@@ -204,7 +186,7 @@ func TestStoreOutage(t *testing.T) {
 	if err := mr.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "delivered after the outage", func() bool { return len(rcv.eventNames()) == 3 })
+	testutil.WaitFor(t, "delivered after the outage", func() bool { return len(rcv.eventNames()) == 3 })
 	if got := rcv.eventNames(); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("delivered %v", got)
 	}

@@ -137,18 +137,6 @@ func (r *receiver) eventNames() []string {
 	return out
 }
 
-// eventually polls cond until it holds or the timeout passes; tests wait on state, not time.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // syncBuffer collects log lines (the shared helper).
 type syncBuffer = testutil.SyncBuffer
 

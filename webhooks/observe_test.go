@@ -2,11 +2,12 @@ package webhooks
 
 import (
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 type hookRecorder struct {
@@ -40,7 +41,7 @@ func TestObserverSeesAttempts(t *testing.T) {
 	d := start(t, testOptions(&syncBuffer{}), app("1", "k", "s", hook(rcv.srv.URL+"/hook?token=q")))
 	d.SetObserver(rec)
 	d.Emit("1", ev("member_added", "a"))
-	eventually(t, "delivered", func() bool { return d.Stats().Sent == 1 })
+	testutil.WaitFor(t, "delivered", func() bool { return d.Stats().Sent == 1 })
 	got := rec.snapshot()
 	want := []string{"failed 1 " + rcv.srv.URL + "/hook 1 1 status 503", "sent 1 " + rcv.srv.URL + "/hook 1 2"}
 	if !slices.Equal(got, want) {
@@ -48,18 +49,14 @@ func TestObserverSeesAttempts(t *testing.T) {
 	}
 
 	// Nothing listens here: the error must not repeat the URL with its password.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://user:pa55word@" + ln.Addr().String() + "/x"
-	ln.Close()
+	deadAddr := testutil.FreeAddr(t)
+	dead := "http://user:pa55word@" + deadAddr + "/x"
 	rec2 := &hookRecorder{}
 	d2 := start(t, testOptions(&syncBuffer{}), app("2", "k", "s", hook(dead)))
 	d2.SetObserver(rec2)
 	d2.Emit("2", ev("member_added", "b"))
-	eventually(t, "a failed attempt", func() bool { return len(rec2.snapshot()) > 0 })
-	if line := rec2.snapshot()[0]; !strings.HasPrefix(line, "failed 2 http://"+ln.Addr().String()+"/x 1 1 ") || strings.Contains(line, "pa55word") {
+	testutil.WaitFor(t, "a failed attempt", func() bool { return len(rec2.snapshot()) > 0 })
+	if line := rec2.snapshot()[0]; !strings.HasPrefix(line, "failed 2 http://"+deadAddr+"/x 1 1 ") || strings.Contains(line, "pa55word") {
 		t.Fatalf("failure line %q", line)
 	}
 	d.SetObserver(nil)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // TestPusherSemantics: the hold, cache_miss once per occupation and the subscription_count
@@ -63,7 +64,7 @@ func TestPusherSemantics(t *testing.T) {
 				d.Emit("1", s.ev)
 				time.Sleep(s.sleep)
 			}
-			eventually(t, "settled", settled(d))
+			testutil.WaitFor(t, "settled", settled(d))
 			got := []string{}
 			for _, dv := range rcv.successful() {
 				for _, e := range dv.Events {
@@ -126,7 +127,7 @@ func TestHeaders(t *testing.T) {
 	wh.Headers = map[string]string{"authorization": "Bearer t0k", "X-Tenant": "acme", "X-Pusher-Signature": "forged"}
 	d := start(t, testOptions(&syncBuffer{}), app("1", "k", "s", wh))
 	d.Emit("1", ev("client_event", "a"))
-	eventually(t, "delivered", func() bool { return len(rcv.successful()) == 1 })
+	testutil.WaitFor(t, "delivered", func() bool { return len(rcv.successful()) == 1 })
 	got := rcv.successful()[0]
 	if got.Header.Get("Authorization") != "Bearer t0k" || got.Header.Get("X-Tenant") != "acme" {
 		t.Errorf("headers = %v", got.Header)

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // TestWireFormat checks what a receiver sees: the envelope, the headers and a signature it
@@ -25,7 +27,7 @@ func TestWireFormat(t *testing.T) {
 	d := start(t, opts, app("1", "app-key", "app-secret", hook(rcv.srv.URL)))
 
 	d.Emit("1", Event{"name": "channel_occupied", "channel": "presence-room"})
-	eventually(t, "one delivery", func() bool { return len(rcv.deliveries()) == 1 })
+	testutil.WaitFor(t, "one delivery", func() bool { return len(rcv.deliveries()) == 1 })
 
 	got := rcv.deliveries()[0]
 	want := `{"time_ms":1700000000123,"events":[{"channel":"presence-room","name":"channel_occupied"}]}`
@@ -44,7 +46,7 @@ func TestWireFormat(t *testing.T) {
 	if sig := got.Header.Get("X-Pusher-Signature"); sig != strings.ToLower(sig) || len(sig) != 64 {
 		t.Errorf("signature %q is not lower-case hex sha256", sig)
 	}
-	eventually(t, "stats", func() bool { s := d.Stats(); return s.Sent == 1 && s.Batches == 1 })
+	testutil.WaitFor(t, "stats", func() bool { s := d.Stats(); return s.Sent == 1 && s.Batches == 1 })
 	if s := d.Stats(); s.Failed != 0 || s.Dropped != 0 || s.Pending != 0 {
 		t.Errorf("stats = %+v", s)
 	}
@@ -88,9 +90,9 @@ func TestBatching(t *testing.T) {
 				d.Emit("1", ev("client_event", n))
 			}
 			full := tc.emits / tc.maxBatch
-			eventually(t, "full batches", func() bool { return len(rcv.deliveries()) >= min(full, len(tc.sizes)) })
+			testutil.WaitFor(t, "full batches", func() bool { return len(rcv.deliveries()) >= min(full, len(tc.sizes)) })
 			if tc.window < time.Hour {
-				eventually(t, "all sent", settled(d))
+				testutil.WaitFor(t, "all sent", settled(d))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -129,7 +131,7 @@ func TestEventTypes(t *testing.T) {
 			for _, name := range []string{"channel_occupied", "member_added", "toolmark_confirmed"} {
 				d.Emit("1", Event{"name": name})
 			}
-			eventually(t, "settled", settled(d))
+			testutil.WaitFor(t, "settled", settled(d))
 			if got := rcv.eventNames(); !slices.Equal(got, tc.want) {
 				t.Errorf("delivered %v, want %v", got, tc.want)
 			}
@@ -143,7 +145,7 @@ func TestEventTypes(t *testing.T) {
 		d.Emit("1", Event{"name": "member_added"})
 		d.Emit("1", Event{"name": "member_removed"})
 		d.Emit("1", Event{"name": "channel_vacated"})
-		eventually(t, "settled", settled(d))
+		testutil.WaitFor(t, "settled", settled(d))
 		if got, want := rcv.eventNames(), []string{"member_added", "member_removed"}; !slices.Equal(got, want) {
 			t.Errorf("delivered %v, want %v", got, want)
 		}
@@ -167,7 +169,7 @@ func TestRetry(t *testing.T) {
 			opts := testOptions(&syncBuffer{})
 			d := start(t, opts, app("1", "k", "s", hook(rcv.srv.URL)))
 			d.Emit("1", ev("member_added", "a"))
-			eventually(t, "delivered", func() bool { return d.Stats().Sent == 1 })
+			testutil.WaitFor(t, "delivered", func() bool { return d.Stats().Sent == 1 })
 			// A wrong retry after the 2xx would wait a backoff first: watch for several of them.
 			time.Sleep(noRetryWindow(opts))
 
@@ -188,16 +190,11 @@ func TestRetry(t *testing.T) {
 	}
 
 	t.Run("connection refused then listening", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
+		addr := testutil.FreeAddr(t)
 
 		d := start(t, testOptions(&syncBuffer{}), app("1", "k", "s", hook("http://"+addr+"/hook")))
 		d.Emit("1", ev("member_added", "a"))
-		eventually(t, "two refused attempts", func() bool { return d.Stats().Failed >= 2 })
+		testutil.WaitFor(t, "two refused attempts", func() bool { return d.Stats().Failed >= 2 })
 
 		l2, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -210,7 +207,7 @@ func TestRetry(t *testing.T) {
 		rcv.srv.Start()
 		t.Cleanup(rcv.srv.Close)
 
-		eventually(t, "delivered", func() bool { return d.Stats().Sent == 1 })
+		testutil.WaitFor(t, "delivered", func() bool { return d.Stats().Sent == 1 })
 		if got := rcv.eventNames(); !slices.Equal(got, []string{"a"}) {
 			t.Errorf("delivered %v", got)
 		}
@@ -235,7 +232,7 @@ func TestGiveUp(t *testing.T) {
 
 	began := time.Now()
 	d.Emit("1", ev("member_added", "lost"))
-	eventually(t, "dropped", func() bool { return d.Stats().Dropped == 1 })
+	testutil.WaitFor(t, "dropped", func() bool { return d.Stats().Dropped == 1 })
 	if el := time.Since(began); el < opts.RetryFor {
 		t.Errorf("gave up after %v, before RetryFor %v", el, opts.RetryFor)
 	}
@@ -249,7 +246,7 @@ func TestGiveUp(t *testing.T) {
 
 	healthy.Store(true)
 	d.Emit("1", ev("member_added", "next"))
-	eventually(t, "next delivered", func() bool { return d.Stats().Sent == 1 })
+	testutil.WaitFor(t, "next delivered", func() bool { return d.Stats().Sent == 1 })
 	time.Sleep(noRetryWindow(opts)) // a dropped batch retried anyway would show up here
 	if got := rcv.eventNames(); !slices.Equal(got, []string{"next"}) {
 		t.Errorf("delivered %v", got)
@@ -316,7 +313,7 @@ func TestOverflow(t *testing.T) {
 		t.Errorf("while blocked: stats = %+v, want Dropped 3 Pending 4", s)
 	}
 	rcv.unblock()
-	eventually(t, "settled", settled(d))
+	testutil.WaitFor(t, "settled", settled(d))
 	if got, want := rcv.eventNames(), []string{"0", "4", "5", "6"}; !slices.Equal(got, want) {
 		t.Errorf("delivered %v, want %v", got, want)
 	}
@@ -345,7 +342,7 @@ func TestIsolation(t *testing.T) {
 
 	want := map[*receiver][]string{a: {"a0", "a1", "a2"}, a2: {"a0", "a1", "a2"}, b: {"b0", "b1", "b2"}}
 	for r, names := range want {
-		eventually(t, "fast receivers", func() bool { return len(r.eventNames()) == len(names) })
+		testutil.WaitFor(t, "fast receivers", func() bool { return len(r.eventNames()) == len(names) })
 	}
 	for r, names := range want {
 		if got := r.eventNames(); !slices.Equal(got, names) {
@@ -366,7 +363,7 @@ func TestIsolation(t *testing.T) {
 		t.Error("slow receiver's events should still be pending")
 	}
 	slow.unblock()
-	eventually(t, "slow receiver", func() bool { return len(slow.eventNames()) == 3 })
+	testutil.WaitFor(t, "slow receiver", func() bool { return len(slow.eventNames()) == 3 })
 }
 
 // TestClose: Close sends what is queued without waiting for the batch window, refuses new
@@ -407,7 +404,7 @@ func TestClose(t *testing.T) {
 		d.SetApps(appsOf(app("1", "k", "s", hook(rcv.srv.URL))))
 		d.Emit("1", ev("member_added", "a"))
 		d.Emit("1", ev("member_added", "b"))
-		eventually(t, "first failure", func() bool { return d.Stats().Failed >= 1 })
+		testutil.WaitFor(t, "first failure", func() bool { return d.Stats().Failed >= 1 })
 
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
@@ -450,11 +447,11 @@ func TestSetApps(t *testing.T) {
 	d := start(t, testOptions(logs), app("1", "k", "s1", hook(old.srv.URL)))
 
 	d.Emit("1", ev("member_added", "a"))
-	eventually(t, "a", func() bool { return len(old.eventNames()) == 1 })
+	testutil.WaitFor(t, "a", func() bool { return len(old.eventNames()) == 1 })
 
 	d.SetApps(appsOf(app("1", "k2", "s2", hook(cur.srv.URL), hook("ftp://nope"), hook("::bad"))))
 	d.Emit("1", ev("member_added", "b"))
-	eventually(t, "b", func() bool { return len(cur.eventNames()) == 1 })
+	testutil.WaitFor(t, "b", func() bool { return len(cur.eventNames()) == 1 })
 	if got := old.eventNames(); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("removed url got %v", got)
 	}
@@ -466,7 +463,7 @@ func TestSetApps(t *testing.T) {
 		t.Errorf("invalid urls logged %d times, want 2", n)
 	}
 	// The removed outbox is forgotten by a reload once its goroutine has finished.
-	eventually(t, "removed outbox forgotten", func() bool {
+	testutil.WaitFor(t, "removed outbox forgotten", func() bool {
 		d.SetApps(appsOf(app("1", "k2", "s2", hook(cur.srv.URL))))
 		d.mu.RLock()
 		defer d.mu.RUnlock()
@@ -495,7 +492,7 @@ func TestEmitCopies(t *testing.T) {
 	e := ev("member_added", "before")
 	d.Emit("1", e)
 	e["n"] = "after"
-	eventually(t, "settled", settled(d))
+	testutil.WaitFor(t, "settled", settled(d))
 	if got := rcv.eventNames(); !slices.Equal(got, []string{"before"}) {
 		t.Errorf("delivered %v", got)
 	}

@@ -224,6 +224,7 @@ func (c *Conn) flush(f *flusher) {
 	c.mu.Unlock()
 
 	orig := batch
+	ownAdd(&f.stats.frames, uint64(len(batch)))
 	rest, err := f.writev(c.raw, batch)
 	if err != nil {
 		clear(orig)
@@ -291,6 +292,10 @@ func (c *Conn) writeLoop(first net.Buffers) {
 		batch := c.takeBatchLocked()
 		c.mu.Unlock()
 
+		if c.fl != nil {
+			c.fl.stats.blocking.Add(1)
+			c.fl.stats.blockingFrames.Add(uint64(len(batch)))
+		}
 		orig := batch // WriteTo consumes batch; orig keeps the backing array for reuse
 		_ = c.netConn.SetWriteDeadline(time.Now().Add(writeTimeout))
 		_, err := batch.WriteTo(c.netConn)

@@ -4,10 +4,17 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // maxIovecs caps one writev (Linux IOV_MAX is 1024).
 const maxIovecs = 1024
+
+// busyRoundConns is the load at which a flusher counts as busy: a round that wrote this many
+// sockets, or left this many (counted together) waiting when it ended. Below it, as on an
+// idle server or for one chatty socket, rounds start at once and coalescing adds nothing.
+const busyRoundConns = 32
 
 // flusher writes queued frames for many connections from one goroutine with non-blocking
 // writev. Connections with something queued are put on its dirty list; while it writes one
@@ -15,6 +22,15 @@ const maxIovecs = 1024
 // several frames and the kernel's per-segment cost is paid once for all of them. A socket
 // whose buffer is full is handed to its own blocking writer goroutine (the slow path), so
 // one slow peer never stalls the round.
+//
+// Coalescing (server.write_coalesce_ms, window > 0): after a busy round, the next round
+// starts no earlier than window after the busy one started. Meanwhile the sockets already
+// on the dirty list stay scheduled, so every frame sent to them just joins their queue and
+// leaves in the same writev, and schedule does not wake the flusher (it is not waiting):
+// under load there are fewer writes and fewer wake-ups per delivery. A frame waits at most
+// window longer than without coalescing; after a round that was not busy, or once window
+// has passed anyway (a long round, an idle spell), the next round starts at once, so an
+// idle server adds no latency. One timer per flusher, armed at most once per round.
 type flusher struct {
 	mu      sync.Mutex
 	dirty   []*Conn
@@ -23,15 +39,41 @@ type flusher struct {
 	stop    chan struct{}
 	iov     iovecs
 	waiting bool
+
+	window time.Duration         // coalescing window, 0 = off
+	timer  *time.Timer           // the hold's timer, made on first need
+	hold   func(d time.Duration) // waits d before a round; nil = the timer (tests set it)
+
+	stats writeStats
 }
 
-func newFlushers(stop chan struct{}) []*flusher {
+// writeStats are a flusher's counters (metrics.go exports their sums), added once per
+// write or round. Those of the flusher's own goroutine have one writer, so ownAdd bumps
+// them with a plain load and store, no locked instruction; the slow path's are atomic adds.
+type writeStats struct {
+	writev    atomic.Uint64 // writev syscalls of the flusher (EAGAIN'd ones included)
+	frames    atomic.Uint64 // whole frames handed to them (a remainder is not counted twice)
+	rounds    atomic.Uint64 // flusher rounds that started at once (a round writes every dirty socket)
+	coalesced atomic.Uint64 // flusher rounds that waited for the coalescing window first
+
+	blocking       atomic.Uint64 // batches written by the slow path's blocking writers
+	blockingFrames atomic.Uint64 // frames in those batches
+}
+
+// ownAdd adds n to a counter only the flusher's goroutine writes.
+func ownAdd(c *atomic.Uint64, n uint64) { c.Store(c.Load() + n) }
+
+func newFlushers(stop chan struct{}, window time.Duration) []*flusher {
 	n := runtime.GOMAXPROCS(0)
 	fs := make([]*flusher, n)
 	for i := range fs {
-		fs[i] = &flusher{wake: make(chan struct{}, 1), stop: stop, iov: newIovecs()}
+		fs[i] = newFlusher(stop, window)
 	}
 	return fs
+}
+
+func newFlusher(stop chan struct{}, window time.Duration) *flusher {
+	return &flusher{wake: make(chan struct{}, 1), stop: stop, iov: newIovecs(), window: max(window, 0)}
 }
 
 // schedule puts c on the dirty list; the caller has set c.scheduled under c.mu.
@@ -50,6 +92,7 @@ func (f *flusher) schedule(c *Conn) {
 }
 
 func (f *flusher) run() {
+	var next time.Time // earliest start of the next round (zero: at once); set after a busy round
 	for {
 		f.mu.Lock()
 		if len(f.dirty) == 0 {
@@ -62,18 +105,55 @@ func (f *flusher) run() {
 				return
 			}
 		}
+		rounds := &f.stats.rounds
+		if !next.IsZero() {
+			f.mu.Unlock()
+			if d := time.Until(next); d > 0 {
+				rounds = &f.stats.coalesced
+				f.wait(d)
+			}
+			next = time.Time{}
+			f.mu.Lock()
+		}
 		round := f.dirty
 		f.dirty = f.spare[:0]
 		f.mu.Unlock()
+		ownAdd(rounds, 1)
+		var start time.Time
+		if f.window > 0 {
+			start = time.Now()
+		}
 		for i, c := range round {
 			c.flush(f)
 			round[i] = nil
 		}
 		f.mu.Lock()
+		load := len(round) + len(f.dirty)
 		if cap(round) <= 1<<16 {
 			f.spare = round[:0]
 		}
 		f.mu.Unlock()
+		if f.window > 0 && load >= busyRoundConns {
+			next = start.Add(f.window)
+		}
+	}
+}
+
+// wait holds the next round back for d, or less if the server stops meanwhile.
+func (f *flusher) wait(d time.Duration) {
+	if f.hold != nil {
+		f.hold(d)
+		return
+	}
+	if f.timer == nil {
+		f.timer = time.NewTimer(d)
+	} else {
+		f.timer.Reset(d)
+	}
+	select {
+	case <-f.timer.C:
+	case <-f.stop:
+		f.timer.Stop()
 	}
 }
 

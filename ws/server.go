@@ -5,6 +5,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -67,6 +68,9 @@ type Options struct {
 	Handler       Handler
 	Logger        *slog.Logger
 	MaxQueueBytes int // per-connection outbound bound (default DefaultMaxQueueBytes)
+	// CoalesceWindow is the flushers' adaptive coalescing window (server.write_coalesce_ms;
+	// 0 = off): after a busy round the next one starts no earlier than this after it began.
+	CoalesceWindow time.Duration
 }
 
 // Server accepts WebSocket connections for one Handler: on Linux through epoll pollers
@@ -100,7 +104,7 @@ func NewServer(opts Options) *Server {
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     func(*http.Request) bool { return true }, // the Handler judges Origin
 	}
-	s.flushers = newFlushers(s.stop)
+	s.flushers = newFlushers(s.stop, opts.CoalesceWindow)
 	for _, f := range s.flushers {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); f.run() }()

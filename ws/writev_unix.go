@@ -32,6 +32,7 @@ func (f *flusher) writev(rc syscall.RawConn, bufs net.Buffers) (net.Buffers, err
 				break
 			}
 			n, _, errno := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+			ownAdd(&f.stats.writev, 1)
 			clear(iov) // no stale pointers into frames
 			switch errno {
 			case 0:

@@ -24,6 +24,7 @@ import (
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/internal/testenv"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 const (
@@ -61,23 +62,37 @@ func startNodesWith(t *testing.T, n int, appKeys, redisURL, channel string) []*t
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts := httptest.NewServer(nd.e)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			nd.shutdown(ctx, nil)
-			ts.Close()
-		})
-		out[i] = &testNode{nd, ts}
+		out[i] = startNode(t, cfg)
 	}
 	return out
+}
+
+// startNode validates cfg and runs one node behind an httptest server, shut down when the
+// test ends.
+func startNode(t *testing.T, cfg *config.Config) *testNode {
+	t.Helper()
+	nd := buildNode(t, cfg, prometheus.NewRegistry())
+	ts := httptest.NewServer(nd.e)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		nd.shutdown(ctx, nil)
+		ts.Close()
+	})
+	return &testNode{nd, ts}
+}
+
+// buildNode validates cfg and builds a node that logs nowhere; the caller shuts it down.
+func buildNode(t *testing.T, cfg *config.Config, metrics *prometheus.Registry) *node {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nd
 }
 
 type event struct {
@@ -308,7 +323,7 @@ func TestTwoNodes(t *testing.T) {
 			if a.n.srv.Subscribed(appID, "private-toolmark.nobody.c1") {
 				t.Fatal("an empty toolmark channel reads as subscribed")
 			}
-			waitFor(t, "A's API to count B's subscriber of news", func() bool {
+			testutil.WaitFor(t, "A's API to count B's subscriber of news", func() bool {
 				return apiGet(t, a, "/apps/"+appID+"/channels/news", "info=subscription_count") == `{"occupied":true,"subscription_count":1}`
 			})
 
@@ -358,17 +373,6 @@ func pagePost(t *testing.T, nd *testNode, socketID, token, conv string) int {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestScalingRefusesUnreachableRedis: a node with scaling enabled does not start alone.

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -30,41 +28,16 @@ func TestConsoleInCluster(t *testing.T) {
 			Console: config.Console{Enabled: true, Token: "tok"},
 		}
 		cfg.ApplyDefaults()
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts := httptest.NewServer(nd.e)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			nd.shutdown(ctx, nil)
-			ts.Close()
-		})
-		nodes = append(nodes, &testNode{nd, ts})
+		nodes = append(nodes, startNode(t, cfg))
 	}
 	a, b := nodes[0], nodes[1]
 	connect(t, b).subscribe("orders")
 
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	req, _ := http.NewRequest("POST", a.ts.URL+"/console/login", strings.NewReader(url.Values{"token": {"tok"}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", a.ts.URL)
-	res, err := noRedirect.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
-		t.Fatalf("login: %d", res.StatusCode)
-	}
+	cookie := consoleLogin(t, a.ts.URL, "tok")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ = http.NewRequestWithContext(ctx, "GET", a.ts.URL+"/console/api/stream?app="+appID, nil)
-	req.AddCookie(res.Cookies()[0])
+	req, _ := http.NewRequestWithContext(ctx, "GET", a.ts.URL+"/console/api/stream?app="+appID, nil)
+	req.AddCookie(cookie)
 	stream, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -95,25 +68,11 @@ func TestConsoleInCluster(t *testing.T) {
 func TestShutdownEndsConsoleStreams(t *testing.T) {
 	cfg := &config.Config{Apps: []config.App{{ID: appID, Key: appKey, Secret: secret}}, Console: config.Console{Enabled: true, Token: "tok"}}
 	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	nd, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nd := buildNode(t, cfg, prometheus.NewRegistry())
 	ts := httptest.NewServer(nd.e)
 	defer ts.Close()
-	req, _ := http.NewRequest("POST", ts.URL+"/console/login", strings.NewReader("token=tok"))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", ts.URL)
-	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
-	if err != nil || len(res.Cookies()) != 1 {
-		t.Fatalf("login: %v", err)
-	}
-	res.Body.Close()
-	req, _ = http.NewRequest("GET", ts.URL+"/console/api/stream?app="+appID, nil)
-	req.AddCookie(res.Cookies()[0])
+	req, _ := http.NewRequest("GET", ts.URL+"/console/api/stream?app="+appID, nil)
+	req.AddCookie(consoleLogin(t, ts.URL, "tok"))
 	stream, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -129,4 +88,23 @@ func TestShutdownEndsConsoleStreams(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("shutdown took %v with a console open", took)
 	}
+}
+
+// consoleLogin logs in to the console at base with token, as the login form does (same-origin
+// POST), and returns the session cookie.
+func consoleLogin(t *testing.T, base, token string) *http.Cookie {
+	t.Helper()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest("POST", base+"/console/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", base)
+	res, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
+		t.Fatalf("console login: %d", res.StatusCode)
+	}
+	return res.Cookies()[0]
 }

@@ -215,9 +215,13 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	hooks.SetApps(cfg.Apps)
 	opts.Webhooks = emitter{hooks}
 	if cl != nil {
-		opts.Registry = channels.NewRegistry(channels.Options{Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ, Cache: cl.cache})
+		opts.Registry = channels.NewRegistry(channels.Options{
+			Broker: cl.broker, Presence: cl.presence, Occupancy: cl.occ, Cache: cl.cache,
+			// The bridge's socket index hears the toolmark channels; it writes through to Redis.
+			Watch: channels.Watch{Prefix: bridge.ChannelPrefix, Observer: cl.sockets, Waits: true},
+		})
 		opts.Health = cl.health
-		opts.Cluster = cl.occ
+		opts.Cluster = clusterView{cl.occ, cl.sockets}
 		store, feed = cl.store, cl.feed
 		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "node", cl.node)
 	} else {

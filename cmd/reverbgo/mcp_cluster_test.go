@@ -14,6 +14,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 type bearerRT struct{ token string }
@@ -103,7 +104,7 @@ func TestMCPAcrossNodes(t *testing.T) {
 			}
 
 			mcpPagePost(t, b, page.socket, pt, conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": "p1", "rev": 2, "tools": tools})
-			waitFor(t, "list_changed on A for a manifest B received", func() bool { return changed.Load() == 1 })
+			testutil.WaitFor(t, "list_changed on A for a manifest B received", func() bool { return changed.Load() == 1 })
 
 			called := make(chan *sdk.CallToolResult, 1)
 			go func() {

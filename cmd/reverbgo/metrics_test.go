@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 func TestNodeMetricsFamilies(t *testing.T) {
@@ -19,14 +18,8 @@ func TestNodeMetricsFamilies(t *testing.T) {
 		Scaling: config.Scaling{Enabled: true, RedisURL: "redis://" + mr.Addr() + "/0"},
 	}
 	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	reg := newMetricsRegistry()
-	n, err := newNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := buildNode(t, cfg, reg)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -57,11 +50,7 @@ func TestNodeMetricsFamilies(t *testing.T) {
 		t.Fatalf("reverbgo_redis_broker_up = %v with Redis up", v)
 	}
 	mr.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for value("reverbgo_redis_broker_up") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("reverbgo_redis_broker_up stayed 1 after Redis went away")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, "reverbgo_redis_broker_up to drop to 0 after Redis went away", func() bool {
+		return value("reverbgo_redis_broker_up") == 0
+	})
 }

@@ -26,6 +26,7 @@ type cluster struct {
 	broker   *channels.RedisBroker
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
+	sockets  *bridge.RedisSocketIndex // the bridge's cross-node socket index
 	store    *bridge.RedisStore
 	cache    *channels.RedisCache
 	apps     []string
@@ -33,6 +34,19 @@ type cluster struct {
 	// gone is set to the pusher server's MemberGone before presence.Start.
 	gone func(app, channel, user string)
 }
+
+// clusterView is the pusher server's cluster-wide read side: counts, channel lists and
+// connections from channels' occupancy, socket lookups and page-token hashes
+// (pusher.CredentialIndex) from the bridge's socket index.
+type clusterView struct {
+	*channels.RedisOccupancy
+	*bridge.RedisSocketIndex
+}
+
+var (
+	_ pusher.ClusterView     = clusterView{}
+	_ pusher.CredentialIndex = clusterView{}
+)
 
 // startupTimeout bounds the first contact with Redis. A node whose Redis is unreachable at
 // start-up refuses to start: silently running alone is the failure scaling exists to avoid.
@@ -109,8 +123,11 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 			}
 		},
 	})
-	// Only toolmark sockets are indexed: the bridge is the only reader of socket lookups.
+	// Toolmark channels' counts are written through: the bridge checks, on any node, that a
+	// page is subscribed as soon as its subscription is answered.
 	c.occ = channels.NewRedisOccupancy(c.presence, bridge.ChannelPrefix, logger)
+	// Only toolmark sockets are indexed: the bridge is the only reader of socket lookups.
+	c.sockets = bridge.NewRedisSocketIndex(c.rdb, c.presence, logger)
 	if c.store, err = bridge.NewRedisStore(ctx, c.rdb, prefix+"toolmark:"); err != nil {
 		c.occ.Close()
 		_ = c.presence.Close()

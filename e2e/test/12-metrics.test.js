@@ -57,6 +57,7 @@ describe('metrics on the main listener with a token', () => {
       'reverbgo_rate_limit_refusals_total', 'reverbgo_messages_published_total', 'reverbgo_deliveries_total',
       'reverbgo_delivery_bytes_total', 'reverbgo_channels', 'reverbgo_subscriptions', 'reverbgo_presence_members',
       'reverbgo_http_requests_total', 'reverbgo_webhook_deliveries_total', 'reverbgo_webhook_outbox_size',
+      'reverbgo_socket_writes_total', 'reverbgo_frames_written_total', 'reverbgo_flusher_rounds_total',
       'reverbgo_build_info', 'go_goroutines', 'process_resident_memory_bytes',
     ]) {
       assert.ok(m.help[family], `family ${family} has a HELP line`);

@@ -1,0 +1,132 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClusterNodes is the node membership a RedisSocketIndex rides on (channels.RedisPresence):
+// this node's id, the per-node key names (under the cluster's hash-tagged prefix, so every
+// key lands in the cluster's slot), the nodes whose heartbeat is fresh, and the hook that
+// deletes a reaped node's keys and asks for this node's to be written again.
+type ClusterNodes interface {
+	NodeID() string
+	NodeKey(node, suffix string) string
+	LiveNodes(ctx context.Context) ([]string, error)
+	TrackNodeState(resync func(context.Context) error, suffixes ...string)
+}
+
+// socketsSuffix names each node's index hash: NodeKey(node, "sockets"), socket id ->
+// encodeIndexed. Every node of a cluster reads the others' under this name.
+const socketsSuffix = "sockets"
+
+// indexWriteTimeout bounds one write-through: the subscription waits for it (off the pollers).
+const indexWriteTimeout = time.Second
+
+// RedisSocketIndex is the cluster's socket index: this node's entries (a MemorySocketIndex)
+// written through to one Redis hash per node before Subscribed and Unsubscribed return,
+// because a page may POST to another node right after subscription_succeeded. Lookups of
+// other nodes' sockets read only the nodes LiveNodes lists, and a reaped node's hash is
+// deleted with it, so a dead node's sockets vanish within NodeTimeout. When Redis lost the
+// hash, the node's heartbeat writes it again from memory (Resync).
+type RedisSocketIndex struct {
+	local *MemorySocketIndex
+	rdb   redis.UniversalClient
+	nodes ClusterNodes
+	log   *slog.Logger
+}
+
+var _ SocketIndex = (*RedisSocketIndex)(nil)
+
+// NewRedisSocketIndex returns the index of this node (nodes.NodeID()) over rdb and registers
+// its hash with nodes for reaping and resync; call it before the heartbeat starts.
+func NewRedisSocketIndex(rdb redis.UniversalClient, nodes ClusterNodes, logger *slog.Logger) *RedisSocketIndex {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	x := &RedisSocketIndex{local: NewMemorySocketIndex(), rdb: rdb, nodes: nodes, log: logger}
+	nodes.TrackNodeState(x.Resync, socketsSuffix)
+	return x
+}
+
+func (x *RedisSocketIndex) key(node string) string { return x.nodes.NodeKey(node, socketsSuffix) }
+
+// Subscribed implements SocketIndex.
+func (x *RedisSocketIndex) Subscribed(app, channel, socketID string) {
+	x.write(socketID, x.local.subscribed(app, channel, socketID))
+}
+
+// Unsubscribed implements SocketIndex.
+func (x *RedisSocketIndex) Unsubscribed(_, channel, socketID string) {
+	x.write(socketID, x.local.unsubscribed(channel, socketID))
+}
+
+// SetCredential implements SocketIndex.
+func (x *RedisSocketIndex) SetCredential(app, channel, socketID, credential string) {
+	x.local.SetCredential(app, channel, socketID, credential)
+}
+
+// write stores the socket's entry ("" deletes it). A failure is logged: the entry in
+// memory stays right and the next resync writes it.
+func (x *RedisSocketIndex) write(socketID, value string) {
+	ctx, cancel := context.WithTimeout(context.Background(), indexWriteTimeout)
+	defer cancel()
+	var err error
+	if value == "" {
+		err = x.rdb.HDel(ctx, x.key(x.nodes.NodeID()), socketID).Err()
+	} else {
+		err = x.rdb.HSet(ctx, x.key(x.nodes.NodeID()), socketID, value).Err()
+	}
+	if err != nil {
+		x.log.Warn("socket index not written; the next resync repairs it", "error", err)
+	}
+}
+
+// Socket implements SocketIndex: this node's sockets from memory, the others' from the
+// hashes of every other live node, read in one pipeline.
+func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string, map[string]string, bool, error) {
+	if app, subs, ok, _ := x.local.Socket(ctx, socketID); ok {
+		return app, subs, true, nil
+	}
+	nodes, err := x.nodes.LiveNodes(ctx)
+	if err != nil {
+		return "", nil, false, err
+	}
+	self := x.nodes.NodeID()
+	pipe := x.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, 0, len(nodes))
+	for _, n := range nodes {
+		if n != self {
+			cmds = append(cmds, pipe.HGet(ctx, x.key(n), socketID))
+		}
+	}
+	if len(cmds) == 0 {
+		return "", nil, false, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return "", nil, false, err
+	}
+	for _, c := range cmds {
+		if v, err := c.Result(); err == nil {
+			app, subs := decodeIndexed(v)
+			return app, subs, true, nil
+		}
+	}
+	return "", nil, false, nil
+}
+
+// Resync rewrites this node's hash from memory (after Redis lost it).
+func (x *RedisSocketIndex) Resync(ctx context.Context) error {
+	entries := x.local.encoded()
+	pipe := x.rdb.TxPipeline()
+	pipe.Del(ctx, x.key(x.nodes.NodeID()))
+	if len(entries) > 0 {
+		pipe.HSet(ctx, x.key(x.nodes.NodeID()), entries)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}

@@ -1,0 +1,205 @@
+package bridge_test
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/bridge"
+	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/testutil"
+)
+
+// indexNode is one node's socket index, with its presence when it runs over Redis.
+type indexNode struct {
+	idx    bridge.SocketIndex
+	pres   *channels.RedisPresence // nil for the memory index
+	prefix string                  // of the cluster's keys in Redis
+}
+
+// indexBackend builds n nodes of one cluster; the memory index has one node only.
+type indexBackend struct {
+	name     string
+	maxNodes int
+	nodes    func(t *testing.T, n int) ([]indexNode, redis.UniversalClient)
+}
+
+// indexTTL is the node timeout of the Redis cases: short, so that a silent node dies fast.
+const indexTTL = 600 * time.Millisecond
+
+func indexBackends(t *testing.T) []indexBackend {
+	out := []indexBackend{{"memory", 1, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
+		return []indexNode{{idx: bridge.NewMemorySocketIndex()}}, nil
+	}}}
+	for _, be := range testutil.RedisBackends(t, true) {
+		out = append(out, indexBackend{be.Name, 3, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
+			// A fresh hash-tagged prefix per case, as the node's own ({reverbgo:<channel>}:).
+			prefix := "{test:" + uuid.NewString() + "}:"
+			var rdb redis.UniversalClient
+			out := make([]indexNode, n)
+			for i := range out {
+				rdb = be.Client(t)
+				p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: indexTTL})
+				out[i] = indexNode{bridge.NewRedisSocketIndex(rdb, p, nil), p, prefix}
+				if err := p.Heartbeat(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return out, rdb
+		}})
+	}
+	return out
+}
+
+// TestSocketIndex runs every case on every backend: the single-node cases on each node of a
+// cluster too (on Redis looked up from another node), the multi-node ones on Redis only.
+func TestSocketIndex(t *testing.T) {
+	cases := []struct {
+		name  string
+		nodes int
+		f     func(t *testing.T, writer, reader bridge.SocketIndex)
+	}{
+		{"CredentialGoesWithTheNextSubscribe", 1, credentialWithSubscribe},
+		{"CredentialReplacesWhenSubscribed", 1, credentialReplaces},
+		{"LastChannelForgetsTheSocket", 1, lastChannelForgets},
+		{"UnknownSocket", 1, unknownSocket},
+	}
+	for _, be := range indexBackends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					ns, _ := be.nodes(t, 1)
+					c.f(t, ns[0].idx, ns[0].idx)
+				})
+				if be.maxNodes < 2 {
+					continue
+				}
+				t.Run(c.name+"/OtherNode", func(t *testing.T) {
+					ns, _ := be.nodes(t, 2)
+					c.f(t, ns[1].idx, ns[0].idx)
+				})
+			}
+			if be.maxNodes < 3 {
+				return
+			}
+			t.Run("DeadNodeDropsOutAndIsReaped", func(t *testing.T) { deadNodeDropsOut(t, be) })
+			t.Run("ResyncAfterRedisLostTheNode", func(t *testing.T) { resyncAfterLoss(t, be) })
+		})
+	}
+}
+
+const (
+	pageCh  = "private-toolmark.u1.c1"
+	otherCh = "private-toolmark.u1.c2"
+)
+
+func lookup(t *testing.T, x bridge.SocketIndex, socket string) (string, map[string]string, bool) {
+	t.Helper()
+	app, subs, ok, err := x.Socket(context.Background(), socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app, subs, ok
+}
+
+func wantSocket(t *testing.T, x bridge.SocketIndex, socket, app string, subs map[string]string) {
+	t.Helper()
+	gotApp, got, ok := lookup(t, x, socket)
+	if !ok || gotApp != app || !maps.Equal(got, subs) {
+		t.Fatalf("socket %s = %q %q %v, want %q %q", socket, gotApp, got, ok, app, subs)
+	}
+}
+
+func credentialWithSubscribe(t *testing.T, w, r bridge.SocketIndex) {
+	w.SetCredential("app", pageCh, "2.1", "abc123")
+	w.Subscribed("app", pageCh, "2.1")
+	w.Subscribed("app", otherCh, "2.1") // no credential
+	wantSocket(t, r, "2.1", "app", map[string]string{pageCh: "abc123", otherCh: ""})
+	// A credential set for another socket's channel stays with that socket.
+	w.SetCredential("app", pageCh, "2.2", "def456")
+	w.Subscribed("app", pageCh, "2.2")
+	wantSocket(t, r, "2.2", "app", map[string]string{pageCh: "def456"})
+}
+
+func credentialReplaces(t *testing.T, w, r bridge.SocketIndex) {
+	w.Subscribed("app", pageCh, "2.1")
+	w.SetCredential("app", pageCh, "2.1", "abc123")
+	// The new hash reaches other nodes with the socket's next change.
+	w.Subscribed("app", otherCh, "2.1")
+	wantSocket(t, r, "2.1", "app", map[string]string{pageCh: "abc123", otherCh: ""})
+}
+
+func lastChannelForgets(t *testing.T, w, r bridge.SocketIndex) {
+	w.Subscribed("app", pageCh, "2.1")
+	w.Subscribed("app", otherCh, "2.1")
+	w.Unsubscribed("app", pageCh, "2.1")
+	wantSocket(t, r, "2.1", "app", map[string]string{otherCh: ""})
+	w.Unsubscribed("app", otherCh, "2.1")
+	if _, _, ok := lookup(t, r, "2.1"); ok {
+		t.Fatal("socket still indexed after its last channel")
+	}
+	// A new subscription after that starts from nothing: no stale credential.
+	w.SetCredential("app", pageCh, "2.1", "old")
+	w.Unsubscribed("app", pageCh, "2.1") // e.g. the subscribe failed and was undone
+	w.Subscribed("app", pageCh, "2.1")
+	wantSocket(t, r, "2.1", "app", map[string]string{pageCh: ""})
+}
+
+func unknownSocket(t *testing.T, w, r bridge.SocketIndex) {
+	w.Subscribed("app", pageCh, "2.1")
+	if _, _, ok := lookup(t, r, "2.9"); ok {
+		t.Fatal("an unknown socket was found")
+	}
+}
+
+// deadNodeDropsOut: node C stops heartbeating; A stops finding C's sockets within the node
+// timeout, and once B (heartbeating) reaps C, C's hash is gone from Redis.
+func deadNodeDropsOut(t *testing.T, be indexBackend) {
+	ns, rdb := be.nodes(t, 3)
+	ns[2].idx.Subscribed("app", pageCh, "3.1")
+	ns[1].idx.Subscribed("app", pageCh, "2.1")
+	wantSocket(t, ns[0].idx, "3.1", "app", map[string]string{pageCh: ""})
+	key := ns[2].pres.NodeKey(ns[2].pres.NodeID(), "sockets")
+	if n, err := rdb.Exists(context.Background(), key).Result(); err != nil || n != 1 {
+		t.Fatalf("node C's hash %s: exists=%d %v", key, n, err)
+	}
+	for _, n := range ns[:2] {
+		n.pres.Start()
+		t.Cleanup(func() { _ = n.pres.Close() })
+	}
+	testutil.WaitFor(t, "node C's socket to drop out and its hash to be reaped", func() bool {
+		_, _, ok, err := ns[0].idx.Socket(context.Background(), "3.1")
+		n, xerr := rdb.Exists(context.Background(), key).Result()
+		return err == nil && !ok && xerr == nil && n == 0
+	})
+	wantSocket(t, ns[0].idx, "2.1", "app", map[string]string{pageCh: ""})
+}
+
+// resyncAfterLoss: Redis forgets node B (a restart without persistence); B's next heartbeat
+// writes its hash again from memory, so A finds B's socket again with its credential.
+func resyncAfterLoss(t *testing.T, be indexBackend) {
+	ctx := context.Background()
+	ns, rdb := be.nodes(t, 3)
+	b := ns[1]
+	b.idx.SetCredential("app", pageCh, "2.1", "abc123")
+	b.idx.Subscribed("app", pageCh, "2.1")
+	key := b.pres.NodeKey(b.pres.NodeID(), "sockets")
+	nodesKey := b.prefix + "nodes" // the heartbeat set (channels.RedisPresence)
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZRem(ctx, nodesKey, b.pres.NodeID()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := lookup(t, ns[0].idx, "2.1"); ok {
+		t.Fatal("found a socket whose node Redis forgot")
+	}
+	if err := b.pres.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantSocket(t, ns[0].idx, "2.1", "app", map[string]string{pageCh: "abc123"})
+}
