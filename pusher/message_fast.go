@@ -4,11 +4,12 @@ import "encoding/json"
 
 // Fast paths for the two decodes every connection does (pusher:subscribe and its data).
 // encoding/json's reflection was a tenth of the server's CPU per connection. They accept
-// only the common shape: an object whose members are the known lowercase keys, with
-// ASCII string values free of escapes (any JSON value for "data"). Anything else (escapes,
-// other keys, which encoding/json would match case-insensitively or ignore, non-string
-// values, invalid UTF-8 it would replace) returns false and the caller decodes with
-// encoding/json, so the result is always what encoding/json would produce.
+// only the common shape: an object whose members are the known lowercase keys, with string
+// values (any JSON value for "data"); a string with escapes or non-ASCII bytes is decoded by
+// encoding/json on its own (plainString). Anything else (other keys, which encoding/json
+// would match case-insensitively or ignore, non-string values, escaped keys) returns false
+// and the caller decodes with encoding/json, so the result is always what encoding/json
+// would produce.
 
 // fastClientMessage decodes b into m if b has the common shape.
 func fastClientMessage(b []byte, m *ClientMessage) bool {
@@ -87,14 +88,23 @@ func scanObject(b []byte, member func(key, val []byte) bool) bool {
 	return true
 }
 
-// plainString returns the JSON string v if it is printable ASCII without escapes.
+// plainString returns the JSON string v: printable ASCII without escapes is sliced out at
+// once; anything else (escapes, as in a presence channel_data, or non-ASCII) is decoded by
+// encoding/json for this one value, so the result is always encoding/json's (U+FFFD for
+// invalid UTF-8, surrogate pairs, lone surrogates) while the object around it stays on the
+// fast path. A presence subscribe went whole to encoding/json before: 4.3 µs, as slow as the
+// reference (bench/jsoncmp, docs/benchmarks.md).
 func plainString(v []byte) (string, bool) {
 	if len(v) < 2 || v[0] != '"' {
 		return "", false
 	}
 	for _, c := range v[1 : len(v)-1] {
 		if c < 0x20 || c >= 0x7f || c == '\\' {
-			return "", false
+			var s string
+			if json.Unmarshal(v, &s) != nil {
+				return "", false
+			}
+			return s, true
 		}
 	}
 	return string(v[1 : len(v)-1]), true

@@ -21,6 +21,10 @@ var decodeSeeds = []string{
 	`{"event":"a","event":"b","extra":{"x":[]}}`,
 	`{"data":-1.5e3,"event":"e"}`,
 	`[]`, `"s"`, `{}`, `{"event":"a"`, `{"event":"a",}`, ``,
+	`{"channel":"presence-r","auth":"k:s","channel_data":"{\"user_id\":\"7\",\"user_info\":{\"name\":\"Zo\u00eb \ud83d\ude00\"}}"}`,
+	`{"channel":"presence-r","channel_data":"lone \ud800 surrogate"}`,
+	"{\"channel\":\"caf\xc3\xa9\",\"auth\":\"bad\xff\"}",
+	`{"channel":"a\/b\n","auth":"\"quoted\""}`,
 }
 
 // FuzzDecodeFast checks that the fast paths decode exactly as encoding/json does.
@@ -54,5 +58,19 @@ func TestDecodeFastTakesCommonShape(t *testing.T) {
 	var s SubscribeData
 	if !fastSubscribe(m.Data, &s) || s.Channel != "bench-1" {
 		t.Fatalf("fast path missed subscribe data: %+v", s)
+	}
+}
+
+// A presence subscribe (channel_data is JSON in a string, so it has escapes) and non-ASCII
+// values stay on the fast path, decoded as encoding/json decodes them.
+func TestDecodeFastTakesEscapedStrings(t *testing.T) {
+	for _, in := range decodeSeeds[len(decodeSeeds)-4:] {
+		var fast, slow SubscribeData
+		if !fastSubscribe([]byte(in), &fast) {
+			t.Fatalf("fast path refused %q", in)
+		}
+		if err := json.Unmarshal([]byte(in), &slow); err != nil || fast != slow {
+			t.Fatalf("%q: fast %+v, encoding/json %+v (%v)", in, fast, slow, err)
+		}
 	}
 }
