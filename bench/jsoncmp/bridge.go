@@ -134,7 +134,7 @@ func (d *FastjsonPage) Decode(b []byte) (*bridge.PageMessage, error) {
 }
 
 func (d *FastjsonPage) fast(b []byte) (*bridge.PageMessage, bool) {
-	if bytes.IndexByte(b, '\\') >= 0 || !guard(b) || fastjson.ValidateBytes(b) != nil {
+	if bytes.IndexByte(b, '\\') >= 0 || !guard(b) || !json.Valid(b) {
 		return nil, false
 	}
 	v, err := d.p.ParseBytes(b)

@@ -139,7 +139,7 @@ func (d *FastjsonCall) Decode(b []byte) (*bridge.CallRequest, error) {
 }
 
 func (d *FastjsonCall) fast(b []byte) (*bridge.CallRequest, bool) {
-	if bytes.IndexByte(b, '\\') >= 0 || !guard(b) || fastjson.ValidateBytes(b) != nil {
+	if bytes.IndexByte(b, '\\') >= 0 || !guard(b) || !json.Valid(b) {
 		return nil, false
 	}
 	v, err := d.p.ParseBytes(b)

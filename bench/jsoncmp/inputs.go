@@ -31,6 +31,10 @@ var PusherInputs = []Input{
 // pusherEdgeCases are for parity only: the fast path's seeds (pusher/message_fast_test.go) and
 // the shapes a decoder can get wrong (escapes, case, duplicates, types, invalid JSON or UTF-8).
 var pusherEdgeCases = []string{
+	// A raw control character inside a string is invalid JSON (encoding/json refuses the
+	// frame); fastjson.ValidateBytes accepts it (found by pusher's FuzzDecodeFast).
+	"{\"event\":\"pusher:ping\",\"x\":\"\x1c\"}",
+	"{\"event\":\"pusher:subscribe\",\"data\":{\"channel\":\"a\",\"\":\"\x1c\\b\"}}",
 	`{"event":"pusher:subscribe","data":{"auth":"","channel":"bench-1"}}`,
 	` { "event" : "pusher:subscribe" , "data" : { "channel" : "a" , "auth" : "k:sig" , "channel_data" : "{\"user_id\":1}" } } `,
 	`{"event":"client-x","channel":"private-a","data":"{\"a\":1}"}`,

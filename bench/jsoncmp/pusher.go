@@ -103,8 +103,10 @@ func (SonicPusher) Decode(b []byte) (Frame, error) {
 // encoding/json's semantics by hand: keys matched case-insensitively (the last one wins), null
 // leaves a field empty, a non-string is an error, invalid UTF-8 becomes U+FFFD per byte.
 // fastjson.Parse does not validate strings or numbers strictly, so the frame is validated
-// first (fastjson.ValidateBytes), which is a second pass. fastjson cannot return a value's
-// original bytes: Data is its compact re-serialization, equal in value but not in formatting
+// first with json.Valid (fastjson.ValidateBytes accepts a raw control character inside a
+// string, which encoding/json refuses: the parity case in inputs.go), a second pass.
+// fastjson cannot return a value's original bytes: Data is its compact re-serialization,
+// equal in value but not in formatting
 // to what the others return (a relayed client event's non-string data would change spacing).
 // fastjson keeps an invalid \u escape (a lone surrogate) as its six characters where
 // encoding/json decodes U+FFFD, so a frame with a \uD... escape goes to encoding/json.
@@ -117,7 +119,7 @@ func (d *FastjsonPusher) Decode(b []byte) (Frame, error) {
 	if bytes.Contains(b, []byte(`\ud`)) || bytes.Contains(b, []byte(`\uD`)) {
 		return reflectPusher(json.Unmarshal, b)
 	}
-	if fastjson.ValidateBytes(b) != nil {
+	if !json.Valid(b) {
 		return Frame{}, errMalformed
 	}
 	v, err := d.p.ParseBytes(b)
@@ -157,7 +159,7 @@ func (d *FastjsonPusher) Decode(b []byte) (Frame, error) {
 	if data.Type() == fastjson.TypeString {
 		// Data sent as a JSON string: its content must itself be an object.
 		s := data.GetStringBytes()
-		if len(s) == 0 || s[0] != '{' || fastjson.ValidateBytes(s) != nil {
+		if len(s) == 0 || s[0] != '{' || !json.Valid(s) {
 			return Frame{}, errMalformed
 		}
 		if data, err = d.inner.ParseBytes(s); err != nil {
