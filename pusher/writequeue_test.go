@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"net"
 	"strings"
 	"sync"
@@ -25,59 +25,10 @@ type serverFrame struct {
 	payload []byte
 }
 
-// readServerFrame reads one server-to-client frame and rejects anything RFC 6455 forbids a
-// server to send: RSV bits, a mask, a fragment, an unknown opcode, a control frame over 125
-// bytes. A frame boundary lost in the stream shows up as one of these or as bad JSON.
+// readServerFrame reads one frame strictly (testutil.ReadServerFrame).
 func readServerFrame(r *bufio.Reader) (serverFrame, error) {
-	var h [2]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return serverFrame{}, err
-	}
-	if h[0]&0x80 == 0 || h[0]&0x70 != 0 || h[1]&0x80 != 0 {
-		return serverFrame{}, fmt.Errorf("bad frame header %#x %#x", h[0], h[1])
-	}
-	op := h[0] & 0x0F
-	switch op {
-	case ws.OpText, ws.OpClose, ws.OpPing, ws.OpPong:
-	default:
-		return serverFrame{}, fmt.Errorf("bad opcode %#x", op)
-	}
-	n := uint64(h[1] & 0x7F)
-	switch n {
-	case 126:
-		var b [2]byte
-		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return serverFrame{}, err
-		}
-		n = uint64(binary.BigEndian.Uint16(b[:]))
-	case 127:
-		var b [8]byte
-		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return serverFrame{}, err
-		}
-		n = binary.BigEndian.Uint64(b[:])
-	}
-	if n > 64<<20 || (op >= ws.OpClose && n > ws.MaxControlPayload) {
-		return serverFrame{}, fmt.Errorf("bad length %d for opcode %#x", n, op)
-	}
-	p := make([]byte, n)
-	if _, err := io.ReadFull(r, p); err != nil {
-		return serverFrame{}, err
-	}
-	return serverFrame{op: op, payload: p}, nil
-}
-
-// slowReader reads a raw socket in small pieces with pauses, so the server's socket buffer
-// stays full and its writer keeps meeting partial writes.
-type slowReader struct {
-	r     io.Reader
-	piece int
-	pause time.Duration
-}
-
-func (s *slowReader) Read(p []byte) (int, error) {
-	time.Sleep(s.pause)
-	return s.r.Read(p[:min(len(p), s.piece)])
+	f, err := testutil.ReadServerFrame(r)
+	return serverFrame{op: f.Op, payload: f.Payload}, err
 }
 
 // A client whose socket is full (large broadcasts, a slow link) subscribes to channel after
@@ -120,7 +71,7 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 	done := make(chan struct{})
 	go func() { // the slow reader: checks every frame as it comes
 		defer close(done)
-		br := bufio.NewReaderSize(&slowReader{r: raw.nc, piece: 64 << 10, pause: 100 * time.Microsecond}, 64<<10)
+		br := bufio.NewReaderSize(&testutil.SlowReader{R: raw.nc, Piece: 64 << 10, Pause: 100 * time.Microsecond}, 64<<10)
 		for {
 			f, err := readServerFrame(br)
 			if err != nil {

@@ -5,52 +5,21 @@ package ws
 import (
 	"bufio"
 	"bytes"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// rawHead sends head (in pieces, with a pause between them) and returns the response head
-// and the first frame after it, if any.
+// rawHead sends head in pieces and returns the response head and first frame
+// (testutil.RawHead).
 func rawHead(t *testing.T, addr string, pieces ...string) (string, []byte, net.Conn) {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	for i, p := range pieces {
-		if i > 0 {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if _, err := io.WriteString(nc, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_ = nc.SetReadDeadline(time.Now().Add(waitTimeout))
-	br := bufio.NewReader(nc)
-	var head strings.Builder
-	for {
-		line, err := br.ReadString('\n')
-		head.WriteString(line)
-		if err != nil || line == "\r\n" {
-			break
-		}
-	}
-	var frame []byte
-	if strings.HasPrefix(head.String(), "HTTP/1.1 101") {
-		b0, _ := br.ReadByte()
-		n, _ := br.ReadByte()
-		frame = make([]byte, int(n&0x7f))
-		_, _ = io.ReadFull(br, frame)
-		frame = append([]byte{b0, n}, frame...)
-	}
-	return head.String(), frame, nc
+	return testutil.RawHead(t, addr, waitTimeout, pieces...)
 }
 
 // wsHead is goodHead (head_test.go) for /app/{name}.

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -168,46 +169,10 @@ type serverFrame struct {
 	payload []byte
 }
 
-// readServerFrame reads one server-to-client frame and rejects anything RFC 6455 forbids a
-// server to send: RSV bits, a mask, a fragment, an unknown opcode, a control frame over 125
-// bytes. A frame boundary lost in the stream shows up as one of these.
+// readServerFrame reads one frame strictly (testutil.ReadServerFrame).
 func readServerFrame(r *bufio.Reader) (serverFrame, error) {
-	var h [2]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return serverFrame{}, err
-	}
-	if h[0]&0x80 == 0 || h[0]&0x70 != 0 || h[1]&0x80 != 0 {
-		return serverFrame{}, fmt.Errorf("bad frame header %#x %#x", h[0], h[1])
-	}
-	op := h[0] & 0x0F
-	switch op {
-	case OpText, OpClose, OpPing, OpPong:
-	default:
-		return serverFrame{}, fmt.Errorf("bad opcode %#x", op)
-	}
-	n := uint64(h[1] & 0x7F)
-	switch n {
-	case 126:
-		var b [2]byte
-		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return serverFrame{}, err
-		}
-		n = uint64(binary.BigEndian.Uint16(b[:]))
-	case 127:
-		var b [8]byte
-		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return serverFrame{}, err
-		}
-		n = binary.BigEndian.Uint64(b[:])
-	}
-	if n > 64<<20 || (op >= OpClose && n > MaxControlPayload) {
-		return serverFrame{}, fmt.Errorf("bad length %d for opcode %#x", n, op)
-	}
-	p := make([]byte, n)
-	if _, err := io.ReadFull(r, p); err != nil {
-		return serverFrame{}, err
-	}
-	return serverFrame{op: op, payload: p}, nil
+	f, err := testutil.ReadServerFrame(r)
+	return serverFrame{op: f.Op, payload: f.Payload}, err
 }
 
 // wireConn is a hand-made client for the framing rules: it writes any bytes, in any

@@ -6,7 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"net"
 	"strconv"
 	"strings"
@@ -16,19 +16,6 @@ import (
 	"testing"
 	"time"
 )
-
-// slowReader reads a socket in small pieces with pauses, so the server's socket buffer
-// stays full and its writer keeps meeting partial writes.
-type slowReader struct {
-	r     io.Reader
-	piece int
-	pause time.Duration
-}
-
-func (s *slowReader) Read(p []byte) (int, error) {
-	time.Sleep(s.pause)
-	return s.r.Read(p[:min(len(p), s.piece)])
-}
 
 // barrierSession answers "sub N" as a protocol answers a subscribe that waits on a slow
 // store: it holds the writes back at once, makes N the channel that ticks, and 20 ms later
@@ -91,7 +78,7 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 	done := make(chan struct{})
 	go func() { // the slow reader checks every frame as it comes
 		defer close(done)
-		br := bufio.NewReaderSize(&slowReader{r: w.nc, piece: 64 << 10, pause: 100 * time.Microsecond}, 64<<10)
+		br := bufio.NewReaderSize(&testutil.SlowReader{R: w.nc, Piece: 64 << 10, Pause: 100 * time.Microsecond}, 64<<10)
 		_ = w.nc.SetReadDeadline(time.Now().Add(120 * time.Second))
 		for {
 			f, err := readServerFrame(br)
