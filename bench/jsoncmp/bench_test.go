@@ -5,24 +5,32 @@ import "testing"
 // The benchmarks are named Benchmark<Area>/in=<input>/impl=<variant> so that benchstat can
 // put the variants side by side: benchstat -col /impl results.txt
 
-func BenchmarkPusher(b *testing.B) {
-	impls := []struct {
-		name string
-		d    PusherDecoder
-	}{{"ours", OursPusher{}}, {"fastjson", &FastjsonPusher{}}, {"sonic", SonicPusher{}}, {"std", StdPusher{}}}
-	for _, in := range PusherInputs {
+// impl is one decoder variant under a benchstat name.
+type impl[D any] struct {
+	name string
+	d    D
+}
+
+// benchDecoders runs every input through every variant's decode.
+func benchDecoders[D any, R any](b *testing.B, inputs []Input, impls []impl[D], decode func(D, []byte) (R, error)) {
+	for _, in := range inputs {
 		for _, im := range impls {
 			b.Run("in="+in.Name+"/impl="+im.name, func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(in.Body)))
 				for b.Loop() {
-					if _, err := im.d.Decode(in.Body); err != nil {
+					if _, err := decode(im.d, in.Body); err != nil {
 						b.Fatal(err)
 					}
 				}
 			})
 		}
 	}
+}
+
+func BenchmarkPusher(b *testing.B) {
+	benchDecoders(b, PusherInputs, []impl[PusherDecoder]{{"ours", OursPusher{}}, {"fastjson", &FastjsonPusher{}},
+		{"sonic", SonicPusher{}}, {"std", StdPusher{}}}, PusherDecoder.Decode)
 }
 
 func BenchmarkPage(b *testing.B) {
@@ -30,41 +38,11 @@ func BenchmarkPage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	impls := []struct {
-		name string
-		d    PageDecoder
-	}{{"ours", OursPage{}}, {"fastjson", &FastjsonPage{}}, {"sonic", SonicPage{}}, {"std", RefPage{}}}
-	for _, in := range inputs {
-		for _, im := range impls {
-			b.Run("in="+in.Name+"/impl="+im.name, func(b *testing.B) {
-				b.ReportAllocs()
-				b.SetBytes(int64(len(in.Body)))
-				for b.Loop() {
-					if _, err := im.d.Decode(in.Body); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
-	}
+	benchDecoders(b, inputs, []impl[PageDecoder]{{"ours", OursPage{}}, {"fastjson", &FastjsonPage{}},
+		{"sonic", SonicPage{}}, {"std", RefPage{}}}, PageDecoder.Decode)
 }
 
 func BenchmarkCall(b *testing.B) {
-	impls := []struct {
-		name string
-		d    CallDecoder
-	}{{"ours", OursCall{}}, {"fastjson", &FastjsonCall{}}, {"sonic", SonicCall{}}, {"std", RefCall{}}}
-	for _, in := range CallInputs {
-		for _, im := range impls {
-			b.Run("in="+in.Name+"/impl="+im.name, func(b *testing.B) {
-				b.ReportAllocs()
-				b.SetBytes(int64(len(in.Body)))
-				for b.Loop() {
-					if _, err := im.d.Decode(in.Body); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
-	}
+	benchDecoders(b, CallInputs, []impl[CallDecoder]{{"ours", OursCall{}}, {"fastjson", &FastjsonCall{}},
+		{"sonic", SonicCall{}}, {"std", RefCall{}}}, CallDecoder.Decode)
 }
