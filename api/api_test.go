@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"net/url"
 	"strings"
 	"testing"
@@ -272,10 +273,11 @@ func TestChannelsEndpoints(t *testing.T) {
 
 	// Vacated channels disappear from the listing.
 	_ = a.ws.Close()
-	eventually(t, "other vacated", func() bool {
+	testutil.WaitFor(t, "other vacated", func() bool {
 		_, ok := get("/channels", nil)["channels"].(map[string]any)["other"]
 		return !ok
 	})
+
 }
 
 func TestConnectionsAndUp(t *testing.T) {
@@ -283,7 +285,7 @@ func TestConnectionsAndUp(t *testing.T) {
 	ts.connect(t)
 	ts.connect(t)
 	// connection_established leaves a moment before the server counts the socket.
-	eventually(t, "sockets counted", func() bool { return ts.s.ConnectionCount(testAppID) == 2 })
+	testutil.WaitFor(t, "sockets counted", func() bool { return ts.s.ConnectionCount(testAppID) == 2 })
 	st, body := ts.api(t, "GET", "/apps/"+testAppID+"/connections", nil, nil)
 	if st != 200 || mustJSONMap(t, body)["connections"] != 2.0 {
 		t.Errorf("connections: %d %s", st, body)

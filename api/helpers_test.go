@@ -382,15 +382,3 @@ func (ts *tserver) signin(c *client, userData string) {
 	}})
 	c.waitEvent("pusher:signin_success", "")
 }
-
-// eventually polls cond until it holds or fails the test.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -1,6 +1,10 @@
 package api
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/reverbgo/reverbgo/internal/testutil"
+)
 
 // terminate_connections closes every socket of the user (signed in or a presence member)
 // with a pusher:error and a close frame 4009, and nobody else's.
@@ -29,7 +33,7 @@ func TestTerminateConnections(t *testing.T) {
 	}
 	u2.ping()
 	anon.ping()
-	eventually(t, "terminated sockets released", func() bool { return ts.s.ConnectionCount(testAppID) == 2 })
+	testutil.WaitFor(t, "terminated sockets released", func() bool { return ts.s.ConnectionCount(testAppID) == 2 })
 
 	// Unknown users are fine.
 	if st, body := ts.api(t, "POST", "/apps/"+testAppID+"/users/nobody/terminate_connections", nil, []byte(`{}`)); st != 200 {

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"io"
 	"log/slog"
 	"net"
@@ -325,7 +326,7 @@ func (ts *tserver) connect(t testing.TB) *client {
 	c.socketID = d.SocketID
 	// connection_established leaves with the 101 response, a moment before the server
 	// registers the socket: wait for that so tests may look it up at once.
-	eventually(t, "socket registered", func() bool { return ts.s.sockets.get(d.SocketID) != nil })
+	testutil.WaitFor(t, "socket registered", func() bool { return ts.s.sockets.get(d.SocketID) != nil })
 	return c
 }
 
@@ -511,18 +512,6 @@ func (ts *tserver) signin(c *client, userData string) event {
 		"user_data": userData,
 	}})
 	return c.waitEvent("pusher:signin_success", "")
-}
-
-// eventually polls cond until it holds or fails the test.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // fakeClock is a settable Options.Now.

@@ -3,6 +3,7 @@ package pusher
 import (
 	"context"
 	"fmt"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"io"
 	"log/slog"
 	"net/http"
@@ -93,7 +94,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	a.waitEvent("hello", "news")
 	b.waitEvent("hello", "news")
 
-	eventually(t, "opened", func() bool { return sample(t, reg, "reverbgo_connections_opened_total", app) == 2 })
+	testutil.WaitFor(t, "opened", func() bool { return sample(t, reg, "reverbgo_connections_opened_total", app) == 2 })
 	if v := sample(t, reg, "reverbgo_connections", app); v != 2 {
 		t.Errorf("connections = %v", v)
 	}
@@ -154,16 +155,17 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	}
 
 	_ = a.ws.Close()
-	eventually(t, "closed counted", func() bool {
+	testutil.WaitFor(t, "closed counted", func() bool {
 		return sample(t, reg, "reverbgo_connections_closed_total", map[string]string{"app": testAppID, "reason": "client_gone"}) == 1
 	})
 
 	if c, err := dial(t, ts.wsURL("nope", "protocol=7"), nil); err == nil {
 		t.Cleanup(func() { _ = c.ws.Close() })
 	}
-	eventually(t, "refusal counted", func() bool {
+	testutil.WaitFor(t, "refusal counted", func() bool {
 		return sample(t, reg, "reverbgo_connections_refused_total", map[string]string{"app": "", "reason": "app_not_found"}) == 1
 	})
+
 	// Every family carries HELP text and labels stay bounded: no channel names anywhere.
 	mfs, err := reg.Gather()
 	if err != nil || len(mfs) == 0 {
@@ -190,7 +192,7 @@ func TestMetricsSlowConsumer(t *testing.T) {
 	reg.MustRegister(ts.s.Collector())
 	slow := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
 	slow.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"firehose"}}`)
-	eventually(t, "subscribed", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 1 })
+	testutil.WaitFor(t, "subscribed", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 1 })
 	payload := []byte(`"` + strings.Repeat("x", 8000) + `"`)
 	deadline := time.Now().Add(20 * time.Second)
 	for ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 1 {
@@ -202,10 +204,11 @@ func TestMetricsSlowConsumer(t *testing.T) {
 		}
 	}
 	app := map[string]string{"app": testAppID}
-	eventually(t, "slow consumer counted", func() bool {
+	testutil.WaitFor(t, "slow consumer counted", func() bool {
 		return sample(t, reg, "reverbgo_slow_consumer_disconnects_total", app) == 1 &&
 			sample(t, reg, "reverbgo_connections_closed_total", map[string]string{"app": testAppID, "reason": "slow_consumer"}) == 1
 	})
+
 	if v := sample(t, reg, "reverbgo_delivery_bytes_total", nil); v < 64<<10 {
 		t.Errorf("delivery bytes %v, want more than the 64 KiB queue", v)
 	}

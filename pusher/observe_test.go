@@ -1,6 +1,7 @@
 package pusher
 
 import (
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"slices"
 	"sync"
 	"testing"
@@ -49,12 +50,13 @@ func TestObserverSeesTheSocketLifecycle(t *testing.T) {
 	ts.s.SetObserver(rec)
 	c := ts.connect(t)
 	id := c.socketID
-	eventually(t, "open", func() bool { return rec.has("open " + testAppID + " " + id) })
+	testutil.WaitFor(t, "open", func() bool { return rec.has("open " + testAppID + " " + id) })
 	ts.subscribePrivate(c, "private-x")
 	c.send(map[string]any{"event": "client-typing", "channel": "private-x", "data": map[string]any{"a": 1}})
-	eventually(t, "events", func() bool {
+	testutil.WaitFor(t, "events", func() bool {
 		return rec.has("sub "+id+" private-x") && rec.has(ObservedClient+` private-x client-typing {"a":1}`)
 	})
+
 	// API and console triggers are observed too; package api tests them (TestTriggersObserved).
 	ts.trigger(t, "private-x", "order.shipped", `{"id":1}`)
 	c.waitEvent("order.shipped", "private-x")
@@ -63,7 +65,7 @@ func TestObserverSeesTheSocketLifecycle(t *testing.T) {
 		t.Fatalf("counters in=%d out=%d delivered=%d", in, out, delivered)
 	}
 	c.ws.Close()
-	eventually(t, "close", func() bool {
+	testutil.WaitFor(t, "close", func() bool {
 		return rec.has("unsub "+id+" private-x") && rec.has("close "+testAppID+" "+id+" client_gone")
 	})
 

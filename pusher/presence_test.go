@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -107,7 +108,7 @@ func TestPresenceMembership(t *testing.T) {
 
 	// One of B's sockets leaves: B is still there.
 	_ = b1.ws.Close()
-	eventually(t, "b1 gone", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, room) == 2 })
+	testutil.WaitFor(t, "b1 gone", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, room) == 2 })
 	a.expectNone("pusher_internal:member_removed", "")
 
 	// The last one leaves (by unsubscribing): member_removed once.
@@ -210,7 +211,7 @@ func TestPresenceResubscribeAsOtherUser(t *testing.T) {
 	watcher.waitEvent("pusher_internal:member_added", room)
 	ts.subscribePresence(c, room, `{"user_id":"new"}`)
 	_ = c.ws.Close()
-	eventually(t, "socket left", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, room) == 1 })
+	testutil.WaitFor(t, "socket left", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, room) == 1 })
 	if ids := memberIDs(t, ts.s, room); !slices.Equal(ids, []string{"w"}) {
 		t.Errorf("members after the socket left: %v", ids)
 	}

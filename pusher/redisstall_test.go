@@ -3,6 +3,7 @@ package pusher
 import (
 	"context"
 	"fmt"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"io"
 	"log/slog"
 	"net"
@@ -48,7 +49,7 @@ func startRedis(t *testing.T) (addr string, proc *exec.Cmd) {
 	addr = "127.0.0.1:" + strconv.Itoa(port)
 	probe := redis.NewClient(&redis.Options{Addr: addr})
 	defer probe.Close()
-	eventually(t, "redis-server up", func() bool { return probe.Ping(context.Background()).Err() == nil })
+	testutil.WaitFor(t, "redis-server up", func() bool { return probe.Ping(context.Background()).Err() == nil })
 	return addr, cmd
 }
 
@@ -121,7 +122,7 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 		ev.dataInto(t, &d)
 		c.socketID = d.SocketID
 	}
-	eventually(t, "every socket registered", func() bool { return ts.s.ConnectionCount(testAppID) == sockets })
+	testutil.WaitFor(t, "every socket registered", func() bool { return ts.s.ConnectionCount(testAppID) == sockets })
 	// A room for client events: one sender, 50 receivers; everyone on a public channel.
 	sender, receivers := clients[0], clients[1:51]
 	for _, c := range clients[:51] {
@@ -235,7 +236,7 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 	}
 
 	// After SIGCONT: presence works again, and so does everything else.
-	eventually(t, "presence join after the stall", func() bool {
+	testutil.WaitFor(t, "presence join after the stall", func() bool {
 		c := clients[998]
 		ch := "presence-after-" + uuid.NewString()[:8]
 		cd := `{"user_id":"after"}`
@@ -250,6 +251,7 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 			}
 		}
 	})
+
 	p, s, f := measure("after", 2)
 	for _, pr := range []latencyProbe{p, s, f} {
 		t.Logf("after SIGCONT: %s p99 %v", pr.name, p99(pr.samples))

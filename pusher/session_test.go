@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"encoding/json"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"testing"
 
 	"github.com/reverbgo/reverbgo/config"
@@ -45,7 +46,7 @@ func TestToolmarkSession(t *testing.T) {
 		t.Fatal("a repeated subscribe changed the token")
 	}
 	a.send(map[string]any{"event": "pusher:unsubscribe", "data": map[string]any{"channel": ch}})
-	eventually(t, "unsubscribed", func() bool { _, subs, _ := ts.s.Subscriptions(a.socketID); _, in := subs[ch]; return !in })
+	testutil.WaitFor(t, "unsubscribed", func() bool { _, subs, _ := ts.s.Subscriptions(a.socketID); _, in := subs[ch]; return !in })
 	if again := tokenOf(a); again == ta {
 		t.Fatal("a new subscription reused the token of the one that ended")
 	}

@@ -1,6 +1,7 @@
 package pusher
 
 import (
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"testing"
 
 	"github.com/reverbgo/reverbgo/auth"
@@ -129,7 +130,7 @@ func TestUserBindingsFollowMemberships(t *testing.T) {
 	}
 
 	_ = c.ws.Close()
-	eventually(t, "socket released", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
+	testutil.WaitFor(t, "socket released", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
 	ts.s.sockets.usersMu.Lock()
 	n := len(ts.s.sockets.users)
 	ts.s.sockets.usersMu.Unlock()

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"fmt"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"strings"
 	"sync"
 	"testing"
@@ -77,7 +78,7 @@ func TestWebhookEvents(t *testing.T) {
 	ts.subscribePrivate(a, "private-c")
 	a.send(map[string]any{"event": "client-hi", "channel": "private-c", "data": map[string]any{"x": 1}})
 	b.waitEvent("client-hi", "private-c")
-	eventually(t, "client_event webhook", func() bool { return rec.count("client_event:private-c") == 1 })
+	testutil.WaitFor(t, "client_event webhook", func() bool { return rec.count("client_event:private-c") == 1 })
 	rec.mu.Lock()
 	for _, ev := range rec.events {
 		if ev["name"] == "client_event" && (ev["event"] != "client-hi" || ev["data"] != `{"x":1}` || ev["socket_id"] != a.socketID) {
@@ -94,10 +95,11 @@ func TestWebhookEvents(t *testing.T) {
 
 	_ = a.ws.Close()
 	_ = b.ws.Close()
-	eventually(t, "vacated and removed", func() bool {
+	testutil.WaitFor(t, "vacated and removed", func() bool {
 		return rec.count("channel_vacated:room") == 1 && rec.count("member_removed:presence-p:u1") == 1 &&
 			rec.count("channel_vacated:presence-p") == 1
 	})
+
 }
 
 func TestServerPingAndPongTimeout(t *testing.T) {
@@ -160,7 +162,7 @@ func (ts *tserver) waitPongHandled(t *testing.T, c *client) {
 	if conn == nil {
 		t.Fatal("socket not found")
 	}
-	eventually(t, "pong handled", func() bool { return conn.pingSentAt.Load() == 0 })
+	testutil.WaitFor(t, "pong handled", func() bool { return conn.pingSentAt.Load() == 0 })
 }
 
 // picky is a recorder that wants only some event names.
@@ -187,7 +189,7 @@ func TestWebhookWants(t *testing.T) {
 	b.subscribe("cache-c")
 	_ = a.ws.Close()
 	b.ping()
-	eventually(t, "a's leaves counted", func() bool { return rec.count("subscription_count:room") == 3 })
+	testutil.WaitFor(t, "a's leaves counted", func() bool { return rec.count("subscription_count:room") == 3 })
 	for _, n := range rec.names() {
 		name, _, _ := strings.Cut(n, ":")
 		if !rec.want[name] {

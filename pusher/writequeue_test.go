@@ -50,7 +50,7 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 	raw := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
 	_ = raw.nc.(*net.TCPConn).SetReadBuffer(128 << 10) // slow, but not a 4 KiB trickle
 	raw.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"big"}}`)
-	eventually(t, "subscribed to big", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "big") == 1 })
+	testutil.WaitFor(t, "subscribed to big", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "big") == 1 })
 	// A slow link: the server's socket takes 64 KiB at a time, so a 1 MiB frame always
 	// leaves the non-blocking write with a remainder.
 	ts.s.sockets.each(func(c *Conn) {
@@ -213,7 +213,7 @@ func TestWriteQueueCloseDuringPartialWriteAndBarrier(t *testing.T) {
 	raw := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
 	_ = raw.nc.(*net.TCPConn).SetReadBuffer(128 << 10)
 	raw.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"big"}}`)
-	eventually(t, "subscribed to big", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "big") == 1 })
+	testutil.WaitFor(t, "subscribed to big", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "big") == 1 })
 	var conn *Conn
 	ts.s.sockets.each(func(c *Conn) {
 		conn = c

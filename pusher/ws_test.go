@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -43,7 +44,7 @@ func TestConnectionEstablished(t *testing.T) {
 	if d.ActivityTimeout != 42 {
 		t.Errorf("activity_timeout = %d, want 42", d.ActivityTimeout)
 	}
-	eventually(t, "socket registered", func() bool { return ts.s.sockets.get(d.SocketID) != nil })
+	testutil.WaitFor(t, "socket registered", func() bool { return ts.s.sockets.get(d.SocketID) != nil })
 	if n := ts.s.ConnectionCount(testAppID); n != 1 {
 		t.Errorf("ConnectionCount = %d, want 1", n)
 	}
@@ -51,7 +52,7 @@ func TestConnectionEstablished(t *testing.T) {
 		t.Errorf("Channels(%s) = %q %v %v", d.SocketID, app, chans, ok)
 	}
 	_ = c.ws.Close()
-	eventually(t, "connection count back to 0", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
+	testutil.WaitFor(t, "connection count back to 0", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
 	if _, _, ok := ts.s.Channels(d.SocketID); ok {
 		t.Error("closed socket still known")
 	}
@@ -190,7 +191,7 @@ func TestMaxConnectionsFreedOnClose(t *testing.T) {
 	ts := newServer(t, withApp(func(a *config.App) { a.MaxConnections = 1 }))
 	c := ts.connect(t)
 	_ = c.ws.Close()
-	eventually(t, "slot freed", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
+	testutil.WaitFor(t, "slot freed", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
 	ts.connect(t).ping()
 }
 
@@ -289,7 +290,7 @@ func TestMessageSizeLimit(t *testing.T) {
 		if code := c.waitClose(); code != websocket.CloseMessageTooBig {
 			t.Errorf("close code %d, want 1009 (err %v)", code, c.readErr())
 		}
-		eventually(t, "connection released", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
+		testutil.WaitFor(t, "connection released", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
 	})
 }
 
@@ -298,7 +299,7 @@ func TestUnsubscribe(t *testing.T) {
 	c := ts.connect(t)
 	c.subscribe("news")
 	c.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"news"}}`)
-	eventually(t, "unsubscribed", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "news") == 0 })
+	testutil.WaitFor(t, "unsubscribed", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "news") == 0 })
 	ts.trigger(t, "news", "late", "x")
 	c.expectNone("late", "")
 	// Unsubscribing from a channel never joined is harmless.
@@ -400,9 +401,10 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 
 	slow := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
 	slow.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"firehose"}}`)
-	eventually(t, "slow client subscribed", func() bool {
+	testutil.WaitFor(t, "slow client subscribed", func() bool {
 		return ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 2
 	})
+
 	good.countOnly.Store(true)
 
 	payload := []byte(`"` + strings.Repeat("x", 8000) + `"`)
@@ -426,10 +428,10 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 		}
 	}
 	t.Logf("slow consumer cut off after %d events of %d bytes", sent, len(payload))
-	eventually(t, "slow connection released", func() bool { return ts.s.ConnectionCount(testAppID) == 1 })
+	testutil.WaitFor(t, "slow connection released", func() bool { return ts.s.ConnectionCount(testAppID) == 1 })
 
 	// The good client was not cut off and gets everything, including what follows.
-	eventually(t, "good client drained the flood", func() bool { return good.count.Load() >= int64(sent) })
+	testutil.WaitFor(t, "good client drained the flood", func() bool { return good.count.Load() >= int64(sent) })
 	good.countOnly.Store(false)
 	ts.trigger(t, "firehose", "after", "still here")
 	if ev := good.waitEvent("after", "firehose"); ev.dataString(t) != "still here" {
@@ -484,9 +486,10 @@ func TestClientCloseIsAnswered(t *testing.T) {
 	if code := c.waitClose(); code != websocket.CloseNormalClosure {
 		t.Errorf("close reply %d, want 1000", code)
 	}
-	eventually(t, "socket cleaned up", func() bool {
+	testutil.WaitFor(t, "socket cleaned up", func() bool {
 		return ts.s.ConnectionCount(testAppID) == 0 && ts.s.Registry().SubscriptionCount(testAppID, "a") == 0
 	})
+
 }
 
 func TestEventFramesDropEmptyFields(t *testing.T) {
@@ -581,7 +584,7 @@ func TestCloseReasonRecorded(t *testing.T) {
 			c := ts.connect(t)
 			conn := ts.s.sockets.get(c.socketID)
 			tc.act(c)
-			eventually(t, "socket released", func() bool { return ts.s.sockets.get(c.socketID) == nil })
+			testutil.WaitFor(t, "socket released", func() bool { return ts.s.sockets.get(c.socketID) == nil })
 			if got := conn.closeReason(); got != tc.want {
 				t.Errorf("close reason %s, want %s", got, tc.want)
 			}

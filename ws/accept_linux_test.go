@@ -127,7 +127,7 @@ func TestFastListenerNoDelay(t *testing.T) {
 	fast := newServer(t, fastTransport)
 	rawHead(t, fast.ts.Listener.Addr().String(), wsHead("echo"))
 	// The 101 leaves a moment before the socket is registered.
-	eventually(t, "socket registered", func() bool { return len(fast.h.conns()) > 0 })
+	testutil.WaitFor(t, "socket registered", func() bool { return len(fast.h.conns()) > 0 })
 	var nodelay int
 	var err error
 	for _, c := range fast.h.conns() {

@@ -5,6 +5,7 @@ package ws
 import (
 	"bytes"
 	"fmt"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -113,7 +114,7 @@ func (r *flusherRig) busyRound() {
 // waitRead polls until peer i has received exactly want.
 func (r *flusherRig) waitRead(i int, want string) {
 	r.t.Helper()
-	eventually(r.t, fmt.Sprintf("peer %d to read %q", i, want), func() bool { return r.peers[i].String() == want })
+	testutil.WaitFor(r.t, fmt.Sprintf("peer %d to read %q", i, want), func() bool { return r.peers[i].String() == want })
 }
 
 func (r *flusherRig) writes() (writev, frames uint64) {
@@ -134,7 +135,7 @@ func TestFlusherCoalescingOff(t *testing.T) {
 		r.conns[0].WritePreframed([]byte(frame))
 		want += frame
 		r.waitRead(0, want) // written without another frame to push it out
-		eventually(t, "the write counted", func() bool { w, f := r.writes(); return w == w0+1 && f == f0+1 })
+		testutil.WaitFor(t, "the write counted", func() bool { w, f := r.writes(); return w == w0+1 && f == f0+1 })
 	}
 	if n := holds.Load(); n != 0 {
 		t.Fatalf("coalescing off, yet %d rounds were held", n)
@@ -184,7 +185,7 @@ func TestFlusherCoalescesAfterBusyRound(t *testing.T) {
 
 	r.waitRead(0, "0ABC")
 	r.waitRead(1, "0x")
-	eventually(t, "the held round's writes counted", func() bool { _, f := r.writes(); return f == f0+4 })
+	testutil.WaitFor(t, "the held round's writes counted", func() bool { _, f := r.writes(); return f == f0+4 })
 	if w, _ := r.writes(); w != w0+2 {
 		t.Fatalf("the held round made %d writev calls for 2 sockets, want 2 (A, B and C in one)", w-w0)
 	}

@@ -151,18 +151,6 @@ func transports(t *testing.T, fn func(t *testing.T, ts *tserver)) {
 	}
 }
 
-// eventually polls cond until it holds or waitTimeout passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // serverFrame is one frame as a strict client reads it.
 type serverFrame struct {
 	op      byte

@@ -60,7 +60,7 @@ func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
 	})
 	w, _ := dialWire(t, ts, "echo", "")
 	_ = w.nc.(*net.TCPConn).SetReadBuffer(128 << 10)
-	eventually(t, "session open", func() bool { return len(h.conns()) == 1 })
+	testutil.WaitFor(t, "session open", func() bool { return len(h.conns()) == 1 })
 	c := h.conns()[0]
 	// A slow link: the server's socket takes 64 KiB at a time, so a 1 MiB frame always
 	// leaves the non-blocking write with a remainder.
