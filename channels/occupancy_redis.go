@@ -36,16 +36,28 @@ const occupancyFlush = 50 * time.Millisecond
 // whose heartbeat is fresh (RedisPresence.LiveNodes) and are deleted when a node is reaped,
 // so a dead node vanishes from answers within NodeTimeout. The node keeps the same state in
 // memory and writes it again with Resync when Redis lost it.
+//
+// A stale absolute value is always repaired: every write (batch, write-through, Resync) is
+// settled against memory once Redis answered, and a field whose count changed meanwhile (so
+// the value just written may have landed after a newer one) or whose write failed is marked
+// pending again for the next batch. Written-through fields are also written in the order
+// they were counted (per-field stripes), so a reader never sees the loser of a race.
 type RedisOccupancy struct {
 	p      *RedisPresence // keys, node id and liveness
 	prefix string         // channels whose counts are written through (SyncPrefix)
 	log    *slog.Logger
+
+	// through orders the writes of written-through fields: a change takes its field's
+	// stripe before it counts and holds it until its write is answered, so two changes of one
+	// channel reach Redis in the order they were counted (the later value lands last).
+	through [throughStripes]sync.Mutex
 
 	mu      sync.Mutex
 	counts  map[string]int64        // app NUL channel -> local subscribers
 	pending map[string]struct{}     // fields whose count changed since the last write
 	conns   func() map[string]int64 // app -> open sockets on this node (SetConnections)
 	wrote   map[string]int64        // conns as last written
+	gen     uint64                  // bumped by Resync: a flush begun before it records nothing
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -115,31 +127,62 @@ func (o *RedisOccupancy) Unsubscribed(app, channel, _ string) {
 	o.change(app, channel, -1)
 }
 
+// throughStripes is the number of write-through ordering locks (by field hash).
+const throughStripes = 64
+
 func (o *RedisOccupancy) change(app, channel string, delta int64) {
 	f := app + "\x00" + channel
-	through := o.WritesThrough(channel)
-	o.mu.Lock()
-	if o.counts[f] += delta; o.counts[f] <= 0 {
-		delete(o.counts, f)
-	}
-	count := o.counts[f]
-	if !through {
+	if !o.WritesThrough(channel) {
+		o.mu.Lock()
+		o.count(f, delta)
 		o.pending[f] = struct{}{}
-	}
-	o.mu.Unlock()
-	if !through {
+		o.mu.Unlock()
 		return
 	}
+	w := &o.through[stripeOf(f)]
+	w.Lock()
+	defer w.Unlock()
+	o.mu.Lock()
+	n := o.count(f, delta)
+	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := o.p.rdb.Pipeline()
-	setCount(ctx, pipe, o.subsKey(o.p.node), f, count)
-	if _, err := pipe.Exec(ctx); err != nil {
+	setCount(ctx, pipe, o.subsKey(o.p.node), f, n)
+	_, err := pipe.Exec(ctx)
+	if err != nil {
 		o.log.Warn("subscription count not written; the next batch repairs it", "error", err)
-		o.mu.Lock()
-		o.pending[f] = struct{}{}
-		o.mu.Unlock()
 	}
+	o.settle(map[string]int64{f: n}, err)
+}
+
+// count applies delta to field f and returns the new count; o.mu is held.
+func (o *RedisOccupancy) count(f string, delta int64) int64 {
+	if o.counts[f] += delta; o.counts[f] <= 0 {
+		delete(o.counts, f)
+	}
+	return o.counts[f]
+}
+
+// settle re-marks pending every field of written whose write failed or whose count is no
+// longer the value written (changed while the write was under way: the value may have landed
+// after a newer one), so the next batch writes it again.
+func (o *RedisOccupancy) settle(written map[string]int64, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for f, n := range written {
+		if err != nil || o.counts[f] != n {
+			o.pending[f] = struct{}{}
+		}
+	}
+}
+
+func stripeOf(f string) int {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(f); i++ {
+		h = (h ^ uint32(f[i])) * 16777619
+	}
+	return int(h % throughStripes)
 }
 
 // setCount writes an absolute count (not a delta): a write lost to a failover or an outage
@@ -166,11 +209,13 @@ func (o *RedisOccupancy) loop() {
 	}
 }
 
-// flush writes the changed counts (absolute values); on failure they stay marked for the next batch.
+// flush writes the changed counts (absolute values) and settles them: a field that failed
+// or changed meanwhile stays marked for the next batch.
 func (o *RedisOccupancy) flush() {
 	o.mu.Lock()
 	batch := o.pending
 	conns := o.connDelta()
+	gen := o.gen
 	if len(batch) == 0 && len(conns) == 0 {
 		o.mu.Unlock()
 		return
@@ -195,13 +240,11 @@ func (o *RedisOccupancy) flush() {
 		pipe.HSet(ctx, o.connsKey(o.p.node), vals)
 	}
 	_, err := pipe.Exec(ctx)
+	o.settle(values, err)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err != nil {
-		for f := range batch {
-			o.pending[f] = struct{}{}
-		}
-		return
+	if err != nil || gen != o.gen {
+		return // a Resync meanwhile may have deleted what this wrote: write it again
 	}
 	if o.wrote == nil {
 		o.wrote = map[string]int64{}
@@ -211,15 +254,19 @@ func (o *RedisOccupancy) flush() {
 	}
 }
 
-// Resync rewrites this node's counts from memory (after Redis lost them).
+// Resync rewrites this node's counts from memory (after Redis lost them). A count that
+// changes while it runs is settled like any write: marked for the next batch.
 func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	o.mu.Lock()
+	snap := make(map[string]int64, len(o.counts))
 	counts := make(map[string]any, len(o.counts))
 	for f, n := range o.counts {
+		snap[f] = n
 		counts[f] = n
 	}
 	o.pending = map[string]struct{}{}
 	o.wrote = nil // the next flush writes every connection count again
+	o.gen++
 	o.mu.Unlock()
 	pipe := o.p.rdb.TxPipeline()
 	pipe.Del(ctx, o.subsKey(o.p.node), o.connsKey(o.p.node))
@@ -227,6 +274,15 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 		pipe.HSet(ctx, o.subsKey(o.p.node), counts)
 	}
 	_, err := pipe.Exec(ctx)
+	// The DEL removed every field not in snap: those written meanwhile are settled too.
+	o.mu.Lock()
+	for f := range o.counts {
+		if _, ok := snap[f]; !ok {
+			snap[f] = 0
+		}
+	}
+	o.mu.Unlock()
+	o.settle(snap, err)
 	return err
 }
 
