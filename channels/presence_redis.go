@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -39,7 +40,22 @@ type RedisPresenceOptions struct {
 	// caller announces member_removed for them (a Leave's own result is announced by its
 	// caller as usual). It runs on the heartbeat goroutine and must not block for long.
 	OnGone func(app, channel, userID string)
+	// OnBack is called for every user the store itself joined again as the user's first
+	// socket in a channel: memberships this node still holds that Redis had lost (this node
+	// reaped during a long pause, Redis restarted empty or failed over). Those users were
+	// announced gone (or were never seen) elsewhere, so the caller announces member_added
+	// (except to socketID). The join script decides "first" once for the cluster, so each
+	// user is announced once, and only when Redis had actually removed it. Same goroutine
+	// rule as OnGone.
+	OnBack func(app, channel, socketID string, m Member)
 }
+
+// ErrPresenceClosed is returned by Join after Close: a late join must not re-add a member
+// under a node that has reaped itself.
+var ErrPresenceClosed = errors.New("presence: store closed")
+
+// errNodeUnknown is the join script's answer when the node is not in the node set.
+var errNodeUnknown = errors.New("presence: node not registered")
 
 // RedisPresence is the cluster PresenceStore. Per channel it keeps users' info, each
 // socket's user and each user's socket count in three hashes changed only by Lua scripts,
@@ -62,6 +78,12 @@ type RedisPresence struct {
 	ttl    time.Duration
 	log    *slog.Logger
 	onGone func(app, channel, userID string)
+	onBack func(app, channel, socketID string, m Member)
+
+	// hb serialises heartbeats (the loop's and a Join's registration) with Close's reap;
+	// closed, set by Close, refuses every later Join and heartbeat.
+	hb     sync.Mutex
+	closed atomic.Bool
 
 	mu      sync.Mutex
 	mirror  map[string]Member // entry (app, channel, socket, user) -> member
@@ -101,7 +123,7 @@ func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *Red
 	}
 	return &RedisPresence{
 		rdb: rdb, prefix: opts.Prefix, node: opts.NodeID, ttl: opts.NodeTimeout, log: opts.Logger,
-		onGone: opts.OnGone, mirror: map[string]Member{}, stop: make(chan struct{}), done: make(chan struct{}),
+		onGone: opts.OnGone, onBack: opts.OnBack, mirror: map[string]Member{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
@@ -135,7 +157,12 @@ func splitEntry(e string) (app, ch, socket, user string, ok bool) {
 	return f[0], f[1], f[2], f[3], true
 }
 
+// joinScript adds a membership (KEYS: users, sockets, counts, the node's set, the node
+// heartbeat set). A node that is not in the heartbeat set (reaped, or closed and reaped by
+// itself) is refused with -1: every membership in Redis is then owned by a node some survivor
+// will reap, so no join landing late can leave a ghost member.
 var joinScript = redis.NewScript(`
+if not redis.call('ZSCORE', KEYS[5], ARGV[5]) then return -1 end
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 redis.call('SADD', KEYS[4], ARGV[4])
@@ -144,20 +171,60 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if redis.call('HINCRBY', KEYS[3], ARGV[2], 1) == 1 then return 1 end
 return 0`)
 
-// Join implements PresenceStore.
+// Join implements PresenceStore. A node the cluster does not list (before its first
+// heartbeat, or reaped during a pause) heartbeats first, which rejoins what it holds; after
+// Close every Join fails with ErrPresenceClosed.
 func (p *RedisPresence) Join(ctx context.Context, app, channel, socketID string, m Member) (bool, error) {
 	e := entry(app, channel, socketID, m.UserID)
 	p.inflight.Add(1)
 	defer p.opDone()
-	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, channel), p.sockets(app, channel), p.counts(app, channel), p.NodeKey(p.node, "presence")},
-		socketID, m.UserID, m.Info, e).Int()
+	first, err := p.join(ctx, e, m)
+	if errors.Is(err, errNodeUnknown) {
+		if err = p.Heartbeat(ctx); err == nil {
+			first, err = p.join(ctx, e, m)
+		}
+	}
 	if err != nil {
 		return false, err
 	}
 	p.mu.Lock()
 	p.mirror[e] = m
 	p.mu.Unlock()
+	return first, nil
+}
+
+// join runs the join script for entry e; first reports the user's first socket in the
+// channel, cluster-wide.
+func (p *RedisPresence) join(ctx context.Context, e string, m Member) (bool, error) {
+	if p.closed.Load() {
+		return false, ErrPresenceClosed
+	}
+	app, ch, socket, _, _ := splitEntry(e)
+	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence"), p.nodes()},
+		socket, m.UserID, m.Info, e, p.node).Int()
+	switch {
+	case err != nil:
+		return false, err
+	case n < 0 && p.closed.Load():
+		return false, ErrPresenceClosed
+	case n < 0:
+		return false, errNodeUnknown
+	}
 	return n == 1, nil
+}
+
+// rejoinEntry joins e again for the store itself (rejoin, verify) and announces a user
+// Redis had removed through OnBack.
+func (p *RedisPresence) rejoinEntry(ctx context.Context, e string, m Member) error {
+	first, err := p.join(ctx, e, m)
+	if err != nil {
+		return err
+	}
+	if first && p.onBack != nil {
+		app, ch, socket, _, _ := splitEntry(e)
+		p.onBack(app, ch, socket, m)
+	}
+	return nil
 }
 
 var leaveScript = redis.NewScript(`
@@ -242,6 +309,11 @@ func (p *RedisPresence) loop() {
 // Heartbeat marks this node alive, repairs its memberships if Redis forgot the node,
 // retries failed leaves and reaps nodes silent for 8/10 of NodeTimeout.
 func (p *RedisPresence) Heartbeat(ctx context.Context) error {
+	p.hb.Lock()
+	defer p.hb.Unlock()
+	if p.closed.Load() {
+		return ErrPresenceClosed
+	}
 	now := time.Now()
 	added, err := p.rdb.ZAdd(ctx, p.nodes(), redis.Z{Score: float64(now.UnixMilli()), Member: p.node}).Result()
 	if err != nil {
@@ -292,9 +364,7 @@ func (p *RedisPresence) rejoin(ctx context.Context) error {
 		p.log.Warn("redis had forgotten this node; joining its presence members again", "node", p.node, "memberships", len(mirror))
 	}
 	for e, m := range mirror {
-		app, ch, socket, _, _ := splitEntry(e)
-		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
-			socket, m.UserID, m.Info, e).Err(); err != nil {
+		if err := p.rejoinEntry(ctx, e, m); err != nil {
 			return err
 		}
 	}
@@ -354,9 +424,7 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 		if inRedis[e] {
 			continue
 		}
-		app, ch, socket, _, _ := splitEntry(e)
-		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
-			socket, m.UserID, m.Info, e).Err(); err != nil {
+		if err := p.rejoinEntry(ctx, e, m); err != nil {
 			return err
 		}
 	}
@@ -467,11 +535,14 @@ func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time)
 // reached Redis), reporting them through OnGone, so a clean shutdown leaves nothing for
 // the survivors. Close the pusher server first so that its sockets leave normally.
 func (p *RedisPresence) Close() error {
+	p.closed.Store(true)
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.start.Do(func() {})
 	if p.started {
 		<-p.done
 	}
+	p.hb.Lock() // a Join's heartbeat under way ends before the node reaps itself
+	defer p.hb.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = p.retryLeaves(ctx)

@@ -31,8 +31,10 @@ type cluster struct {
 	cache    *channels.RedisCache
 	apps     []string
 	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
-	// gone is set to the pusher server's MemberGone before presence.Start.
+	// gone and back are set to the pusher server's MemberGone and MemberBack before
+	// presence.Start.
 	gone func(app, channel, user string)
+	back func(app, channel, socketID string, m channels.Member)
 }
 
 // clusterView is the pusher server's cluster-wide read side: counts, channel lists and
@@ -122,6 +124,11 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 				c.gone(app, ch, user)
 			}
 		},
+		OnBack: func(app, ch, socketID string, m channels.Member) {
+			if c.back != nil {
+				c.back(app, ch, socketID, m)
+			}
+		},
 	})
 	// Toolmark channels' counts are written through: the bridge checks, on any node, that a
 	// page is subscribed as soon as its subscription is answered.
@@ -151,6 +158,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 // its connection counts to the occupancy batch (for the cluster-wide /connections).
 func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	c.gone = srv.MemberGone
+	c.back = srv.MemberBack
 	c.occ.SetConnections(func() map[string]int64 {
 		out := make(map[string]int64, len(c.apps))
 		for _, app := range c.apps {
