@@ -33,7 +33,7 @@ const occupancyFlush = 50 * time.Millisecond
 // another node must see such a subscription as soon as the client is told of it (the bridge
 // checks that a Toolmark page is subscribed before calling it). This node's connection count
 // per app (a second hash, app -> count) rides on the same batch. Both are read only for nodes
-// whose heartbeat is fresh (RedisPresence.LiveNodes) and are deleted when a node is reaped,
+// whose heartbeat is fresh (RedisNodes.LiveNodes) and are deleted when a node is reaped,
 // so a dead node vanishes from answers within NodeTimeout. The node keeps the same state in
 // memory and writes it again with Resync when Redis lost it.
 //
@@ -43,8 +43,8 @@ const occupancyFlush = 50 * time.Millisecond
 // pending again for the next batch. Written-through fields are also written in the order
 // they were counted (per-field stripes), so a reader never sees the loser of a race.
 type RedisOccupancy struct {
-	p      *RedisPresence // keys, node id and liveness
-	prefix string         // channels whose counts are written through (SyncPrefix)
+	n      *RedisNodes // keys, node id and liveness
+	prefix string      // channels whose counts are written through (SyncPrefix)
 	log    *slog.Logger
 
 	// through orders the writes of written-through fields: a change takes its field's
@@ -65,24 +65,25 @@ type RedisOccupancy struct {
 
 var _ Occupancy = (*RedisOccupancy)(nil)
 
-// NewRedisOccupancy shares p's keys and node and starts the batch writer; Close stops it.
-// Counts of channels starting with syncPrefix ("" = none) are written through.
-func NewRedisOccupancy(p *RedisPresence, syncPrefix string, logger *slog.Logger) *RedisOccupancy {
+// NewRedisOccupancy keeps its state under the node registry of nodes (a *RedisNodes, or the
+// *RedisPresence running on one) and starts the batch writer; Close stops it. Counts of
+// channels starting with syncPrefix ("" = none) are written through.
+func NewRedisOccupancy(nodes redisNodeOwner, syncPrefix string, logger *slog.Logger) *RedisOccupancy {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	o := &RedisOccupancy{
-		p: p, prefix: syncPrefix, log: logger,
+		n: nodes.redisNodes(), prefix: syncPrefix, log: logger,
 		counts: map[string]int64{}, pending: map[string]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	p.TrackNodeState(o.Resync, "subs", "conns")
+	o.n.Track(NodeState{Keys: []string{"subs", "conns"}, Resync: o.Resync})
 	go o.loop()
 	return o
 }
 
-func (o *RedisOccupancy) subsKey(node string) string  { return o.p.NodeKey(node, "subs") }
-func (o *RedisOccupancy) connsKey(node string) string { return o.p.NodeKey(node, "conns") }
+func (o *RedisOccupancy) subsKey(node string) string  { return o.n.NodeKey(node, "subs") }
+func (o *RedisOccupancy) connsKey(node string) string { return o.n.NodeKey(node, "conns") }
 
 // SetConnections gives the batch writer this node's connection count per app, written
 // whenever it changed, so Connections can sum every live node.
@@ -147,8 +148,9 @@ func (o *RedisOccupancy) change(app, channel string, delta int64) {
 	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	pipe := o.p.rdb.Pipeline()
-	setCount(ctx, pipe, o.subsKey(o.p.node), f, n)
+	pipe := o.n.rdb.Pipeline()
+	setCount(ctx, pipe, o.subsKey(o.n.node), f, n)
+	pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
 	_, err := pipe.Exec(ctx)
 	if err != nil {
 		o.log.Warn("subscription count not written; the next batch repairs it", "error", err)
@@ -228,16 +230,20 @@ func (o *RedisOccupancy) flush() {
 	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	pipe := o.p.rdb.Pipeline()
+	pipe := o.n.rdb.Pipeline()
 	for f, n := range values {
-		setCount(ctx, pipe, o.subsKey(o.p.node), f, n)
+		setCount(ctx, pipe, o.subsKey(o.n.node), f, n)
 	}
 	if len(conns) > 0 {
 		vals := make(map[string]any, len(conns))
 		for app, n := range conns {
 			vals[app] = n
 		}
-		pipe.HSet(ctx, o.connsKey(o.p.node), vals)
+		pipe.HSet(ctx, o.connsKey(o.n.node), vals)
+		pipe.PExpire(ctx, o.connsKey(o.n.node), o.n.keyTTL())
+	}
+	if len(values) > 0 {
+		pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
 	}
 	_, err := pipe.Exec(ctx)
 	o.settle(values, err)
@@ -268,10 +274,11 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	o.wrote = nil // the next flush writes every connection count again
 	o.gen++
 	o.mu.Unlock()
-	pipe := o.p.rdb.TxPipeline()
-	pipe.Del(ctx, o.subsKey(o.p.node), o.connsKey(o.p.node))
+	pipe := o.n.rdb.TxPipeline()
+	pipe.Del(ctx, o.subsKey(o.n.node), o.connsKey(o.n.node))
 	if len(counts) > 0 {
-		pipe.HSet(ctx, o.subsKey(o.p.node), counts)
+		pipe.HSet(ctx, o.subsKey(o.n.node), counts)
+		pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
 	}
 	_, err := pipe.Exec(ctx)
 	// The DEL removed every field not in snap: those written meanwhile are settled too.
@@ -300,14 +307,14 @@ func (o *RedisOccupancy) RemoteConnections(ctx context.Context, app string) (int
 // sumOverNodes adds up one field of a per-node hash over the live nodes (this node's too when
 // self), in one pipeline; a missing or non-positive field counts as zero.
 func (o *RedisOccupancy) sumOverNodes(ctx context.Context, key func(node string) string, field string, self bool) (int, error) {
-	nodes, err := o.p.LiveNodes(ctx)
+	nodes, err := o.n.LiveNodes(ctx)
 	if err != nil {
 		return 0, err
 	}
-	pipe := o.p.rdb.Pipeline()
+	pipe := o.n.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, 0, len(nodes))
 	for _, n := range nodes {
-		if self || n != o.p.node {
+		if self || n != o.n.node {
 			cmds = append(cmds, pipe.HGet(ctx, key(n), field))
 		}
 	}
@@ -331,13 +338,13 @@ func (o *RedisOccupancy) sumOverNodes(ctx context.Context, key func(node string)
 // "app NUL prefix" field prefix (a hash of a few hundred fields answers in one step), so
 // one app's GET /channels neither reads nor ships another app's channel names.
 func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]ChannelInfo, error) {
-	nodes, err := o.p.LiveNodes(ctx)
+	nodes, err := o.n.LiveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	match := globEscape(app+"\x00"+prefix) + "*"
 	// The first page of every node in one pipeline; a node with more follows on its own.
-	pipe := o.p.rdb.Pipeline()
+	pipe := o.n.rdb.Pipeline()
 	cmds := make([]*redis.ScanCmd, len(nodes))
 	for i, n := range nodes {
 		cmds[i] = pipe.HScan(ctx, o.subsKey(n), 0, match, 1000)
@@ -359,7 +366,7 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 				break
 			}
 			var err error
-			if fields, cursor, err = o.p.rdb.HScan(ctx, o.subsKey(n), cursor, match, 1000).Result(); err != nil {
+			if fields, cursor, err = o.n.rdb.HScan(ctx, o.subsKey(n), cursor, match, 1000).Result(); err != nil {
 				return nil, err
 			}
 		}

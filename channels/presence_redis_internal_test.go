@@ -36,7 +36,7 @@ func TestPresenceHeartbeatRepairsLostWrites(t *testing.T) {
 	}
 	// ... and a membership the node no longer has survives there.
 	ghost := entry("app", "presence-r", "1.3", "u3")
-	keys := []string{p.users("app", "presence-r"), p.sockets("app", "presence-r"), p.counts("app", "presence-r"), p.NodeKey("n1", "presence"), p.nodes()}
+	keys := []string{p.users("app", "presence-r"), p.sockets("app", "presence-r"), p.counts("app", "presence-r"), p.NodeKey("n1", "presence"), p.nodeSet()}
 	if err := joinScript.Run(ctx, rdb, keys, "1.3", "u3", "{}", ghost, "n1").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestPresenceLateJoinAfterReap(t *testing.T) {
 	if err := p.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := survivor.Reap(ctx, "n1", time.Now().Add(time.Hour)); err != nil {
+	if err := survivor.nodes.reap(ctx, survivor.nodes.snapshot(), "n1", time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	m := Member{UserID: "u1", Info: []byte(`{}`)}
@@ -100,7 +100,7 @@ func TestPresenceLateJoinAfterReap(t *testing.T) {
 	if first, err := p.Join(ctx, "app", "presence-r", "1.1", m); err != nil || !first {
 		t.Fatalf("Join re-registering the node: first=%v err=%v", first, err)
 	}
-	if _, err := rdb.ZScore(ctx, p.nodes(), "n1").Result(); err != nil {
+	if _, err := rdb.ZScore(ctx, p.nodeSet(), "n1").Result(); err != nil {
 		t.Fatalf("the node owning the member is not listed for reaping: %v", err)
 	}
 }
