@@ -48,6 +48,15 @@ func (p *RedisPresence) Close() error {
 	return nil
 }
 
+// Drain retries failed leaves and reaps this node's leftover memberships (announcing them
+// through OnGone) while the node is still listed; the registry's Close, later, reaps whatever
+// joined since and unlists the node.
+func (p *RedisPresence) Drain(ctx context.Context) error {
+	_ = p.retryLeaves(ctx)
+	_, err := p.Reap(ctx, p.node, time.Now().Add(time.Hour))
+	return err
+}
+
 // tick is the store's part of every heartbeat: failed leaves retried, and (unless the node
 // just rejoined) the memberships compared with Redis.
 func (p *RedisPresence) tick(ctx context.Context, rejoined bool) error {

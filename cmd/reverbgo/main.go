@@ -207,7 +207,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 			return nil, err
 		}
 		// The outbox and the occupancy/hold decisions are cluster-wide (webhooks.RedisStore).
-		hookOpts.Store, hookOpts.NodeID = webhooks.NewRedisStore(cl.rdb, cl.prefix, cl.node), cl.node
+		hookOpts.Store, hookOpts.NodeID = cl.webhookStore(), cl.node
 		// A dead node's channels are vacated within the same node_timeout as its presence.
 		hookOpts.NodeTTL = time.Duration(cfg.Scaling.NodeTimeout) * time.Second
 	}
