@@ -1,0 +1,58 @@
+'use strict';
+// Issue 20 fault 2 end to end: a Toolmark page reloading on node A (its old socket leaves
+// private-toolmark.{user}.{conv} while the new one subscribes) must stay visible to node B:
+// B's HTTP API counts it and B's bridge calls it instead of answering "No page is connected".
+// Before the fix, the older of the two written-through counts could land last in Redis and
+// stay there (the page subscribed, the cluster's count 0) until the channel changed again.
+const { describe, test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { sdk, apiGet } = require('../lib/clients');
+const { startTopology, startNodes, haveRedis } = require('../lib/cluster');
+const { startAuthApp } = require('../lib/authapp');
+const { agent, toolmarkChannelPolicy, openPage } = require('../lib/toolmark');
+const { uid, eventually } = require('../lib/util');
+
+const APP = { app_id: 'rl', key: 'rl-key', secret: 'rl-secret', toolmark: { enabled: true, call_timeout_ms: 8000 } };
+const TOOLS = [{ name: 'notes.list', llmName: 'notes__list', description: 'List notes', hints: { readOnly: true } }];
+const ROUNDS = 60;
+
+describe('a page reload across two nodes', { skip: !haveRedis('standalone') && 'Redis binaries not installed' }, () => {
+  let topo, nodes, authApp;
+  const users = { t1: { id: 'u1', conversations: new Set() } };
+  before(async () => {
+    topo = await startTopology('standalone');
+    nodes = await startNodes(topo, 2, { apps: [APP] });
+    authApp = await startAuthApp({ sdk: sdk(nodes[0], APP), users, deny: toolmarkChannelPolicy });
+  });
+  after(async () => {
+    await authApp?.close();
+    if (nodes) await nodes.stopAll();
+    if (topo) await topo.stop();
+  });
+
+  test(`${ROUNDS} reloads on node A: node B always sees the page, and its bridge calls it`, async () => {
+    const [a, b] = nodes;
+    const conv = uid('c');
+    users.t1.conversations.add(conv);
+    const channel = `private-toolmark.u1.${conv}`;
+    const open = () => openPage(a, { authApp, token: 't1', user: 'u1', conv, app: APP });
+    let page = await open();
+    assert.equal((await page.manifest(1, TOOLS)).status, 204);
+    const fromB = sdk(b, APP);
+    const countOnB = async () => (await apiGet(fromB, `/channels/${channel}`, { info: 'subscription_count' })).subscription_count;
+    for (let r = 0; r < ROUNDS; r++) {
+      const old = page;
+      // The reload: the new page subscribes while the old socket closes (and leaves).
+      [page] = await Promise.all([open(), Promise.resolve().then(() => old.close())]);
+      await eventually(async () => (await countOnB()) === 1, { ms: 3000, what: `round ${r}: node B counting the one page` });
+    }
+    assert.equal((await page.manifest(2, TOOLS)).status, 204);
+    const pending = agent(b, APP).call({ user_id: 'u1', conversation_id: conv, tool: 'notes.list', input: null });
+    const call = await page.next({ type: 'call' });
+    assert.equal((await page.result(call.id, { status: 'ok', data: [] })).status, 204);
+    const res = await pending;
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(res.body.result, { status: 'ok', data: [] }, 'node B reached the page on node A');
+    page.close();
+  });
+});
