@@ -15,7 +15,7 @@ const { uid, eventually } = require('../lib/util');
 
 const APP = { app_id: 'rl', key: 'rl-key', secret: 'rl-secret', toolmark: { enabled: true, call_timeout_ms: 8000 } };
 const TOOLS = [{ name: 'notes.list', llmName: 'notes__list', description: 'List notes', hints: { readOnly: true } }];
-const ROUNDS = 60;
+const ROUNDS = 200;
 
 describe('a page reload across two nodes', { skip: !haveRedis('standalone') && 'Redis binaries not installed' }, () => {
   let topo, nodes, authApp;
