@@ -49,6 +49,10 @@ func (r *RedisNodes) key() string { return r.prefix + "nodes" }
 // keyTTL bounds every per-node key; the owner refreshes it 30 times per TTL.
 func (r *RedisNodes) keyTTL() time.Duration { return 3 * r.timeout }
 
+// NodeKeyTTL is the TTL every per-node key carries (3×NodeTimeout): a writer of such a key
+// sets it with each write, so a key written after its node left expires.
+func (r *RedisNodes) NodeKeyTTL() time.Duration { return r.keyTTL() }
+
 // NodeKey is the per-node key with the given suffix (see NodeState.Keys).
 func (r *RedisNodes) NodeKey(node, suffix string) string {
 	return r.prefix + "node:" + node + ":" + suffix

@@ -37,6 +37,9 @@ func (p *RedisPresence) TrackNodeState(resync func(context.Context) error, suffi
 
 func (p *RedisPresence) redisNodes() *RedisNodes { return p.nodes }
 
+// NodeKeyTTL is the registry's per-node key TTL (RedisNodes.NodeKeyTTL).
+func (p *RedisPresence) NodeKeyTTL() time.Duration { return p.nodes.NodeKeyTTL() }
+
 // Close closes the registry when the store made its own: the heartbeat stops and this node
 // reaps its own leftovers (memberships whose leave never reached Redis), reporting them
 // through OnGone, so a clean shutdown leaves nothing for the survivors. A shared registry is
