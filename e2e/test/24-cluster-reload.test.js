@@ -6,12 +6,12 @@
 // stay there (the page subscribed, the cluster's count 0) until the channel changed again.
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { sdk, apiGet } = require('../lib/clients');
+const { sdk, apiGet, pusherClient, whenConnected, subscribe, inbox } = require('../lib/clients');
 const { startTopology, startNodes, haveRedis } = require('../lib/cluster');
 const { startAuthApp } = require('../lib/authapp');
 const { agent, toolmarkChannelPolicy, openPage } = require('../lib/toolmark');
 const { Wire } = require('../lib/wire');
-const { uid, eventually } = require('../lib/util');
+const { uid, eventually, quiet } = require('../lib/util');
 
 const APP = { app_id: 'rl', key: 'rl-key', secret: 'rl-secret', toolmark: { enabled: true, call_timeout_ms: 8000 } };
 const TOOLS = [{ name: 'notes.list', llmName: 'notes__list', description: 'List notes', hints: { readOnly: true } }];
@@ -63,5 +63,51 @@ describe('a page reload across two nodes', { skip: !haveRedis('standalone') && '
     const frame = await cur.next({ event: 'toolmark.message' });
     assert.equal(frame.data.message.type, 'call');
     cur.close();
+  });
+});
+
+describe('a node paused past node_timeout', { skip: !haveRedis('standalone') && 'Redis binaries not installed' }, () => {
+  const PRES = [{ app_id: 'ps', key: 'ps-key', secret: 'ps-secret' }];
+  let topo, nodes;
+  before(async () => {
+    topo = await startTopology('standalone');
+    nodes = await startNodes(topo, 2, { apps: PRES, scaling: { node_timeout: 2 } });
+  });
+  after(async () => {
+    if (nodes) await nodes.stopAll();
+    if (topo) await topo.stop();
+  });
+
+  // Issue 20 fault 7: the survivor reaps the paused node (member_removed); when it wakes, its
+  // memberships are joined again and the user is announced back (member_added, once), so the
+  // survivor's clients and the HTTP API agree with Redis again.
+  test('is reaped (member_removed), then announces its users back (member_added)', async (t) => {
+    const [a, b] = nodes;
+    const room = uid('presence-pause.');
+    const pa = pusherClient(a, { user: { id: 'u1', info: { name: 'u1' } } });
+    const pb = pusherClient(b, { user: { id: 'u2', info: { name: 'u2' } } });
+    t.after(() => { pa.disconnect(); pb.disconnect(); });
+    await whenConnected(pa);
+    await whenConnected(pb);
+    await subscribe(pa, room);
+    const { channel: bRoom } = await subscribe(pb, room);
+    await eventually(() => Object.keys(bRoom.members.members).length === 2, { what: 'b sees u1 and u2' });
+    const removed = inbox(bRoom, 'pusher:member_removed');
+    const added = inbox(bRoom, 'pusher:member_added');
+    process.kill(a.proc.pid, 'SIGSTOP');
+    try {
+      await removed.wait(1, 10000);
+    } finally {
+      process.kill(a.proc.pid, 'SIGCONT');
+    }
+    await added.wait(1, 10000);
+    assert.deepEqual(added.got.map((m) => m.id), ['u1']);
+    await eventually(async () => {
+      const body = await apiGet(sdk(b, PRES[0]), `/channels/${room}/users`);
+      return body.users.map((u) => u.id).sort().join() === 'u1,u2';
+    }, { what: 'the API lists u1 again' });
+    await quiet(1000);
+    assert.equal(added.got.length, 1, 'member_added once');
+    assert.deepEqual(Object.keys(bRoom.members.members).sort(), ['u1', 'u2']);
   });
 });
