@@ -346,6 +346,10 @@ func (s *chaos) finish(ctx context.Context) bool {
 	}
 	fmt.Fprintf(s.log, "\njoins %d (errors %d), publishes %d (errors %d), client events %d\n", s.stats.joins.Load(), s.stats.joinErrors.Load(),
 		s.stats.pubs.Load(), s.stats.pubErrors.Load(), s.stats.clientEvents.Load())
+	fmt.Fprintf(s.log, "bridge calls: %d ok, %d failed, %d excused (an outage or the page's own reload)\n", s.bridge.ok.Load(), s.bridge.failed.Load(), s.bridge.excused.Load())
+	if s.bridge.failed.Load() > 0 {
+		ok = false
+	}
 	fmt.Fprintf(s.log, "webhooks: %d member_added expected outside outages, %d missing, %d counted dropped by the nodes; receiver: %d POSTs, %d answered 500, %d hung\n",
 		expected, len(missing), int(dropped), s.rcv.posts.Load(), s.rcv.failed.Load(), s.rcv.hung.Load())
 	for i, j := range missing {

@@ -1,6 +1,6 @@
 // Command chaos is the cluster chaos soak (bench/chaos.sh; not in CI): three reverbgo nodes
 // on one Redis (standalone or Sentinel) under churn, presence joins and leaves, fan-out and
-// client events, with member webhooks to a receiver that sometimes fails and sometimes
+// client events and Toolmark bridge calls, with member webhooks to a receiver that sometimes fails and sometimes
 // hangs. Every --fault-every a fault: SIGKILL a node and restart it, SIGSTOP one for longer
 // than node_timeout, SIGTERM one with joins in flight, restart Redis (standalone) or fail the
 // Sentinel master over. After each fault settles it freezes the churn and checks, within
@@ -33,6 +33,7 @@ type options struct {
 	rooms, joiners  int
 	fanChannels     int
 	fanSubs, pairs  int
+	pages           int
 	hang            time.Duration
 }
 
@@ -51,6 +52,7 @@ type chaos struct {
 	observers []*observer
 	fans      []*fanSub
 	stats     stats
+	bridge    bridgeStats
 	log       io.Writer
 	rows      []row
 }
@@ -87,6 +89,7 @@ func run(args []string, out io.Writer) int {
 	fs.IntVar(&o.fanChannels, "fan-channels", 3, "fan-out channels (one HTTP API publish each per 200 ms)")
 	fs.IntVar(&o.fanSubs, "fan-subs", 30, "fan-out subscribers")
 	fs.IntVar(&o.pairs, "pairs", 6, "client-event pairs (sender and receiver on their own connections)")
+	fs.IntVar(&o.pages, "pages", 4, "Toolmark pages (reloading every 15-40 s), each with an agent calling once a second")
 	fs.DurationVar(&o.hang, "hang", 15*time.Second, "how long a hanging webhook receiver holds a POST")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -207,6 +210,11 @@ func (s *chaos) startLoad(ctx context.Context) {
 		s.fans = append(s.fans, f)
 		go s.runFanSub(ctx, f)
 		go s.sender(ctx, ch, 200*time.Millisecond)
+	}
+	for i := range o.pages {
+		p := &page{conv: "conv-" + strconv.Itoa(i), cid: "chaos-client-" + strconv.Itoa(i)}
+		go s.runPage(ctx, p)
+		go s.agent(ctx, p)
 	}
 	go s.publish(ctx, 200*time.Millisecond)
 }
