@@ -31,6 +31,10 @@ type Server struct {
 	// ShutdownTimeoutSeconds bounds how long in-flight HTTP requests may take on SIGTERM (default 10).
 	ShutdownTimeoutSeconds int `mapstructure:"shutdown_timeout"`
 	Log                    Log `mapstructure:"log"`
+	// TrustedProxies lists reverse proxies (IP addresses or CIDR prefixes, e.g. "127.0.0.1",
+	// "10.0.0.0/8") whose X-Forwarded-For names the client, for the per-client limits (the
+	// share of pending request bodies, console logins). Empty: the peer is the client.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
 	// WriteCoalesceMS is the longest, in milliseconds, that a frame for a socket may wait for
 	// more frames to join it in one write. The wait is adaptive: it applies only while the
 	// socket's flusher is busy (its previous round wrote, or left waiting, dozens of

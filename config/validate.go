@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -113,6 +114,11 @@ func (c *Config) validateServer(v *validator) {
 	v.nonNegative("server.shutdown_timeout", int64(s.ShutdownTimeoutSeconds))
 	if ms := s.WriteCoalesceMS; ms != nil && (*ms < 0 || *ms > MaxWriteCoalesceMS) {
 		v.add("server.write_coalesce_ms", "must be between 0 (off) and %d milliseconds, got %d", MaxWriteCoalesceMS, *ms)
+	}
+	for i, tp := range s.TrustedProxies {
+		if !validProxy(tp) {
+			v.add(fmt.Sprintf("server.trusted_proxies[%d]", i), "must be an IP address or a CIDR prefix, got %q", tp)
+		}
 	}
 	switch {
 	case s.TLS.Cert != "" && s.TLS.Key == "":
@@ -240,6 +246,17 @@ func (a *App) validate(v *validator, p string) {
 		}
 		checkWebhookHeaders(v, wp+".headers", w.Headers)
 	}
+}
+
+// validProxy accepts what httpguard.ParseProxy parses: an IP address or a CIDR prefix.
+func validProxy(s string) bool {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		_, err := netip.ParsePrefix(s)
+		return err == nil
+	}
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // checkToken requires a non-empty printable ASCII string without spaces or any of forbidden.

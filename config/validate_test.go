@@ -40,6 +40,8 @@ func TestValidationErrors(t *testing.T) {
 		{"write_coalesce_ms negative", "server: {write_coalesce_ms: -1}\n" + minimal,
 			"server.write_coalesce_ms: must be between 0 (off) and 1000 milliseconds, got -1"},
 		{"write_coalesce_ms too long", "server: {write_coalesce_ms: 1001}\n" + minimal, "server.write_coalesce_ms: must be between 0 (off) and 1000"},
+		{"trusted_proxies not an address", "server: {trusted_proxies: [\"10.0.0.0/8\", \"proxy.local\"]}\n" + minimal,
+			"server.trusted_proxies[1]: must be an IP address or a CIDR prefix, got \"proxy.local\""},
 		{"port too big", "server: {port: 65536}\n" + minimal, "server.port: must be between 1 and 65535"},
 		{"port negative", "server: {port: -1}\n" + minimal, "server.port: must be between 1 and 65535"},
 		{"activity_timeout negative", minimal + "    activity_timeout: -1\n", "apps[0].activity_timeout: must be > 0"},
