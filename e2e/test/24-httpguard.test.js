@@ -7,6 +7,7 @@
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
+const net = require('node:net');
 const { startServer, freePort } = require('../lib/server');
 const { sdk } = require('../lib/clients');
 const { startAuthApp } = require('../lib/authapp');
@@ -113,6 +114,79 @@ describe('every 413 is read by a client writing a large body', () => {
     for (let i = 0; i < ROUNDS; i++) {
       const res = await request('/console/api/trigger', { headers, body: big });
       assert.equal(res.status, 413, `round ${i}: ${res.text}`);
+    }
+  });
+});
+
+/** Opens an MCP session (initialize) and then its GET stream; resolves once the stream's
+ * answer head arrived, with {status, req}. */
+async function mcpStream(token) {
+  const init = await request('/toolmark/mcp', {
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+    body: Buffer.from(JSON.stringify(INIT)),
+  });
+  assert.equal(init.status, 200, init.text);
+  const session = init.headers['mcp-session-id'];
+  assert.ok(session, 'no Mcp-Session-Id');
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port: server.port, path: '/toolmark/mcp', method: 'GET', agent: false,
+      headers: { Authorization: `Bearer ${token}`, Accept: 'text/event-stream', 'Mcp-Session-Id': session, 'MCP-Protocol-Version': '2025-06-18' } });
+    req.setTimeout(15000, () => req.destroy(new Error('timed out')));
+    req.on('error', reject);
+    req.on('response', (res) => {
+      if (res.statusCode !== 200) res.resume();
+      req.setTimeout(0);
+      resolve({ status: res.statusCode, req });
+    });
+    req.end();
+  });
+}
+
+describe('pending slots', () => {
+  test('1,100 open MCP GET streams hold no slot: a signed POST /events then succeeds', async (t) => {
+    const streams = [];
+    t.after(() => streams.forEach((s) => s.req.destroy()));
+    // 25 conversations × 44 sessions (a conversation may have 64 on a node).
+    const tokens = Array.from({ length: 25 }, (_, i) => tokenFor(APP, { conv: `streams-${i}` }));
+    for (let i = 0; i < 1100; i += 50) {
+      const batch = await Promise.all(Array.from({ length: 50 }, (_, j) => mcpStream(tokens[(i + j) % tokens.length])));
+      for (const s of batch) {
+        streams.push(s);
+        assert.equal(s.status, 200, `stream ${streams.length}: ${s.status}`);
+      }
+    }
+    const body = Buffer.from(JSON.stringify({ name: 'e', channel: 'c', data: '{}' }));
+    const res = await request(signedPath('/events', body), { headers: { 'Content-Type': 'application/json' }, body });
+    assert.equal(res.status, 200, res.text);
+  });
+
+  test('one client with 1,100 slow bodies cannot hold another client at 503 (behind a trusted proxy)', async (t) => {
+    const port = await freePort();
+    const proxied = await startServer({ server: { port },
+      config: { server: { host: '127.0.0.1', port, trusted_proxies: ['127.0.0.1'] }, apps: [APP] } });
+    t.after(() => proxied.stop());
+    // Client A (its proxy says 198.51.100.1) sends signed requests whose bodies never finish.
+    const full = Buffer.from(JSON.stringify({ name: 'e', channel: 'c', data: 'x'.repeat(500) }));
+    const socks = [];
+    t.after(() => socks.forEach((s) => s.destroy()));
+    const answered = [];
+    for (let i = 0; i < 1100; i++) {
+      const s = net.connect(port, '127.0.0.1');
+      s.on('error', () => {});
+      s.on('data', (d) => answered.push(String(d).split('\r\n')[0]));
+      s.write(`POST ${signedPath('/events', full)} HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.1\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${full.length}\r\n\r\n${full.subarray(0, 10)}`);
+      socks.push(s);
+    }
+    // Most of A's requests are refused at once: it has only its share.
+    await eventually(() => answered.length >= 1000, { what: 'the slow client refused beyond its share' });
+    assert.ok(answered.every((l) => / 503 /.test(l)), answered.find((l) => !/ 503 /.test(l)));
+    // Client B (198.51.100.2) triggers as usual.
+    const body = Buffer.from(JSON.stringify({ name: 'e', channel: 'c', data: '{}' }));
+    for (let i = 0; i < 20; i++) {
+      const res = await request(signedPath('/events', body), { to: proxied, body,
+        headers: { 'Content-Type': 'application/json', 'X-Forwarded-For': '198.51.100.2' } });
+      assert.equal(res.status, 200, `trigger ${i}: ${res.text}`);
     }
   });
 });
