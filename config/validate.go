@@ -64,6 +64,7 @@ func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateServer(v)
 	c.validateScaling(v)
+	c.validateWebhookLease(v)
 	if c.Console.Enabled && strings.TrimSpace(c.Console.Token) == "" {
 		v.add("console.token", "is required when console.enabled is true")
 	}
@@ -245,6 +246,31 @@ func (a *App) validate(v *validator, p string) {
 			}
 		}
 		checkWebhookHeaders(v, wp+".headers", w.Headers)
+		v.positive(wp+".timeout", int64(w.Timeout))
+		v.positive(wp+".retry_for", int64(w.RetryFor))
+	}
+}
+
+// validateWebhookLease: with scaling, a webhook's POST must end (its timeout) before the
+// outbox lease could lapse after a renewal that came just too late (one renewal interval,
+// a quarter of the lease); otherwise another node could take the batch while it is posted.
+func (c *Config) validateWebhookLease(v *validator) {
+	if !c.Scaling.Enabled {
+		return
+	}
+	lease := c.Scaling.WebhookLease
+	v.positive("scaling.webhook_lease", int64(lease))
+	if lease <= 0 {
+		return
+	}
+	for i, a := range c.Apps {
+		for j, w := range a.Webhooks {
+			// lease > timeout + lease/4, in milliseconds so a quarter second counts.
+			if int64(lease)*1000 <= int64(w.Timeout)*1000+int64(lease)*250 {
+				v.add(fmt.Sprintf("apps[%d].webhooks[%d].timeout", i, j),
+					"must be shorter than scaling.webhook_lease (%d s) minus its renewal interval (a quarter of it), got %d s; raise scaling.webhook_lease", lease, w.Timeout)
+			}
+		}
 	}
 }
 

@@ -206,7 +206,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	var feed bridge.ManifestFeed
 	var memStore *bridge.MemoryStore // closed on release when single node
 	var cl *cluster
-	hookOpts := webhooks.Options{Logger: logger}
+	hookOpts := webhooks.Options{Logger: logger, Lease: time.Duration(cfg.Scaling.WebhookLease) * time.Second}
 	if cfg.Scaling.Enabled {
 		var err error
 		if cl, err = newCluster(cfg, logger); err != nil {
