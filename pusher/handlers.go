@@ -24,6 +24,9 @@ const (
 // and a pong proves that everything before the ping was handled.
 func (c *Conn) handle(raw []byte) {
 	c.app.stats.clientMessages.Add(1)
+	if c.app.cfg.RateLimiting.Enabled && !c.withinRateLimit() {
+		return
+	}
 	m, err := DecodeClientMessage(raw)
 	if err != nil {
 		c.sendError(codeInvalidMessage, "Invalid message format")
