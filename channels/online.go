@@ -14,8 +14,10 @@ import "context"
 // like any publish; each node's server then reads the users' state again (PresenceLookup)
 // and tells the sockets that watch them.
 
-// OnlineChannel is the internal presence channel whose members are the signed-in users.
-const OnlineChannel = "\x00online"
+// OnlineChannel is the internal presence channel whose members are the signed-in users. No
+// client can name it (it fails ValidName) and, unlike the registry's internal channels, it
+// holds no NUL byte: RedisPresence separates the fields of its node entries with NUL.
+const OnlineChannel = "\x01online"
 
 // WatchlistChannel carries "this user's online state changed" between nodes: its frames
 // are a user id.
