@@ -148,3 +148,30 @@ func TestReverbRateLimitBeforeClientEventLimit(t *testing.T) {
 	}
 	b.expectNone("client-5", "")
 }
+
+// TestReverbRateLimitAllocs: counting a message against rate_limiting allocates nothing: a
+// ping costs the same with the limit enabled (and not reached) as with it off.
+func TestReverbRateLimitAllocs(t *testing.T) {
+	testutil.SkipUnderRace(t)
+	ping := maskedText(`{"event":"pusher:ping","data":{}}`)
+	counts := map[bool]float64{}
+	for _, enabled := range []bool{false, true} {
+		ts := newServer(t, withApp(func(a *config.App) {
+			a.RateLimiting = config.RateLimiting{Enabled: enabled, MaxAttempts: 1 << 30, DecaySeconds: 60}
+		}))
+		a := allocDial(t, ts)
+		a.socketID(t)
+		f := func() {
+			a.write(t, ping)
+			if p := a.read(t); !containsAll(p, "pusher:pong") {
+				t.Fatalf("ping: %s", p)
+			}
+		}
+		f()
+		counts[enabled] = testing.AllocsPerRun(300, f)
+	}
+	t.Logf("allocations per ping: %v off, %v on", counts[false], counts[true])
+	if counts[true] > counts[false] {
+		t.Errorf("rate_limiting adds allocations to a ping: %v, off %v", counts[true], counts[false])
+	}
+}
