@@ -133,3 +133,27 @@ func TestWatchlistRejected(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseWatchlist: no user_data watchlist makes the parser panic, and an accepted one is
+// at most maxWatchlist distinct, valid user ids.
+func FuzzParseWatchlist(f *testing.F) {
+	for _, s := range []string{`["a",1,"a"]`, `[]`, `null`, `"a"`, `[""]`, `[[1]]`, `[1e400]`, `["\u0000"]`, `[` + strings.Repeat(`"x",`, 100) + `"y"]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ids, err := parseWatchlist(b)
+		if err != nil {
+			return
+		}
+		if len(ids) > maxWatchlist {
+			t.Fatalf("%d ids accepted", len(ids))
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if id == "" || len(id) > maxUserIDLength || seen[id] {
+				t.Fatalf("bad or repeated id %q in %q", id, ids)
+			}
+			seen[id] = true
+		}
+	})
+}
