@@ -154,6 +154,8 @@ type App struct {
 	EnableUserAuthentication *bool `mapstructure:"enable_user_authentication"`
 	// ClientEventRateLimit per connection per second; 0 = unlimited (default 10).
 	ClientEventRateLimit *int `mapstructure:"client_event_rate_limit"`
+	// RateLimiting is Reverb's per-connection message limit (ratelimit.go).
+	RateLimiting RateLimiting `mapstructure:"rate_limiting"`
 	// MaxPresenceMembers per presence channel (default 100).
 	MaxPresenceMembers int `mapstructure:"max_presence_members"`
 	// MaxBatchSize of batch_events (default 10).

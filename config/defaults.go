@@ -84,6 +84,7 @@ func (a *App) applyDefaults() {
 	setInt(&a.MaxMessageSize, DefaultMaxMessageSize)
 	setInt(&a.MaxPresenceMembers, DefaultMaxPresenceMembers)
 	setInt(&a.MaxBatchSize, DefaultMaxBatchSize)
+	a.RateLimiting.applyDefaults()
 	setInt(&a.Toolmark.CallTimeoutMS, DefaultCallTimeoutMS)
 	setInt(&a.Toolmark.MaxTimeoutMS, DefaultMaxTimeoutMS)
 	for i := range a.Webhooks {

@@ -117,6 +117,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
 		return 2
 	}
+	warnReverbEnv(logger, os.Environ())
 	metrics := newMetricsRegistry()
 	if *debugAddr != "" {
 		http.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
