@@ -114,6 +114,7 @@ func (c *Config) validateServer(v *validator) {
 	if ms := s.WriteCoalesceMS; ms != nil && (*ms < 0 || *ms > MaxWriteCoalesceMS) {
 		v.add("server.write_coalesce_ms", "must be between 0 (off) and %d milliseconds, got %d", MaxWriteCoalesceMS, *ms)
 	}
+	s.Compression.validate(v)
 	switch {
 	case s.TLS.Cert != "" && s.TLS.Key == "":
 		v.add("server.tls.key", "must be set when server.tls.cert is set")
