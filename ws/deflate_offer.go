@@ -166,7 +166,7 @@ func negotiatedIn(resp []byte) bool {
 	if end < 0 {
 		return false
 	}
-	return bytes.Contains(resp[:end], []byte("\r\n"+extensionLine[:len(extensionLine)-2]+"\r\n"))
+	return bytes.Contains(resp[:end+2], []byte("\r\n"+extensionLine))
 }
 
 // useDeflate marks a connection whose handshake accepted permessage-deflate: its reader
