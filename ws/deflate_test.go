@@ -7,21 +7,31 @@ import (
 	"io"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
 // deflateMsg compresses p as a permessage-deflate client would (RFC 7692 §7.2.1), with
-// the standard library, so the server's inflater is checked against another encoder.
+// the standard library, so the server's inflater is checked against another encoder. One
+// compressor is reused (building one costs far more than a message; fuzzing calls this a lot).
 func deflateMsg(t testing.TB, p []byte) []byte {
 	t.Helper()
+	clientDeflate.Lock()
+	defer clientDeflate.Unlock()
 	var b bytes.Buffer
-	w, err := stdflate.NewWriter(&b, stdflate.BestCompression)
-	if err != nil {
-		t.Fatal(err)
+	if clientDeflate.w == nil {
+		clientDeflate.w, _ = stdflate.NewWriter(&b, stdflate.BestCompression)
 	}
+	w := clientDeflate.w
+	w.Reset(&b)
 	_, _ = w.Write(p)
 	_ = w.Flush()
 	return bytes.TrimSuffix(b.Bytes(), []byte(deflateTail))
+}
+
+var clientDeflate struct {
+	sync.Mutex
+	w *stdflate.Writer
 }
 
 // inflateMsg inflates a compressed message payload with the standard library.
