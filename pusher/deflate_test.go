@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/internal/testutil"
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // countedConn counts the bytes a client reads from its socket.
@@ -104,5 +106,54 @@ func TestCompressionPerSocket(t *testing.T) {
 				t.Fatalf("subscription_succeeded took %d bytes compressed, %d plain", zsub, psub)
 			}
 		})
+	}
+}
+
+// deflatingSub is a countingSub whose socket negotiated permessage-deflate.
+type deflatingSub struct {
+	countingSub
+	d *ws.Deflater
+}
+
+func (s *deflatingSub) Deflater() *ws.Deflater { return s.d }
+func (s *deflatingSub) SendFrame(f []byte)     { s.Send(f) }
+
+// TestPublishAllocsCompressed: with compression on, a publish to N subscribers that
+// negotiated it costs the same allocations whatever N is (the frame is compressed once, a
+// delivery allocates nothing) and exactly one more than a publish to subscribers that did
+// not (the compressed frame), which costs what it costs with compression off.
+func TestPublishAllocsCompressed(t *testing.T) {
+	testutil.SkipUnderRace(t)
+	data := []byte(`{"order":` + strings.Repeat(`{"id":123456,"status":"shipped","items":[1,2,3]},`, 10) + `{}}`)
+	d := ws.NewDeflater(ws.Compression{Enabled: true, MinBytes: 256, Level: 1})
+	measure := func(compression, negotiated bool, n int) float64 {
+		ts := newServer(t, func(s *setup) {
+			s.cfg.Server.Compression = config.Compression{Enabled: compression, MinBytes: 256, Level: 1}
+		})
+		subs := make([]*deflatingSub, n)
+		for i := range subs {
+			subs[i] = &deflatingSub{countingSub: countingSub{id: "1." + strconv.Itoa(i)}}
+			if negotiated {
+				subs[i].d = d
+			}
+			ts.s.Registry().Subscribe(testAppID, "orders", subs[i])
+		}
+		allocs := testing.AllocsPerRun(200, func() {
+			if err := ts.s.Publish(testAppID, "orders", "order.shipped", data); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if got := subs[n-1].frames.Load(); got < 200 {
+			t.Fatalf("N=%d: last subscriber got %d frames", n, got)
+		}
+		return allocs
+	}
+	off := measure(false, false, 1)
+	for _, n := range []int{1, 1000} {
+		plain, zipped := measure(true, false, n), measure(true, true, n)
+		t.Logf("N=%d: compression off %v, on but not negotiated %v, negotiated %v allocations per publish", n, off, plain, zipped)
+		if plain != off || zipped != off+1 {
+			t.Fatalf("N=%d: %v allocations off, %v on without negotiation, %v negotiated; want %v, %v, %v", n, off, plain, zipped, off, off, off+1)
+		}
 	}
 }
