@@ -41,6 +41,8 @@ type Server struct {
 	// sockets), so an idle server writes at once. 0 = off (every frame is written as soon as it is
 	// queued); absent = DefaultWriteCoalesceMS. A pointer: an explicit 0 is not "default".
 	WriteCoalesceMS *int `mapstructure:"write_coalesce_ms"`
+	// Compression is permessage-deflate (compression.go); off by default.
+	Compression Compression `mapstructure:"compression"`
 }
 
 // WriteCoalesce is the effective coalescing window (0 = off).

@@ -62,6 +62,7 @@ func (c *Config) ApplyDefaults() {
 	if s.WriteCoalesceMS == nil {
 		s.WriteCoalesceMS = ptr(DefaultWriteCoalesceMS)
 	}
+	s.Compression.applyDefaults()
 	if c.Scaling.Channel == "" {
 		c.Scaling.Channel = DefaultScalingChannel
 	}

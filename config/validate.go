@@ -121,6 +121,7 @@ func (c *Config) validateServer(v *validator) {
 			v.add(fmt.Sprintf("server.trusted_proxies[%d]", i), "must be an IP address or a CIDR prefix, got %q", tp)
 		}
 	}
+	s.Compression.validate(v)
 	switch {
 	case s.TLS.Cert != "" && s.TLS.Key == "":
 		v.add("server.tls.key", "must be set when server.tls.cert is set")

@@ -124,7 +124,7 @@ func NewServer(opts Options) *Server {
 	}
 	// Origin is checked per app after the upgrade (4009), in Accept.
 	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
-		CoalesceWindow: s.cfg.Server.WriteCoalesce()})
+		CoalesceWindow: s.cfg.Server.WriteCoalesce(), Compression: wsCompression(s.cfg.Server.Compression)})
 	s.wg.Add(1)
 	go s.sweepLoop()
 	s.watch = newWatchlist(s)
