@@ -140,6 +140,8 @@ func newVerifierWith(apps Apps, o verifierOptions) *verifier {
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithTimeFunc(o.now),
+		// Canonical base64url only: one token has one spelling.
+		jwt.WithStrictDecoding(),
 	)}
 	if lister, ok := apps.(bridge.AppLister); ok {
 		for _, app := range lister.AllApps() {

@@ -59,8 +59,9 @@ func parseJWKS(b []byte) (map[string]jwk, error) {
 		return nil, errors.New("jwks: no keys member")
 	}
 	out := map[string]jwk{}
-	for _, raw := range set.Keys {
-		if len(out) == maxJWKSKeys {
+	dup := map[string]bool{}
+	for i, raw := range set.Keys {
+		if i == maxJWKSKeys {
 			break
 		}
 		var k jose.JSONWebKey
@@ -90,8 +91,10 @@ func parseJWKS(b []byte) (map[string]jwk, error) {
 		if k.Algorithm != "" && k.Algorithm != alg {
 			continue
 		}
-		if _, dup := out[k.KeyID]; dup {
-			continue // an ambiguous kid verifies nothing rather than the first one
+		if _, seen := out[k.KeyID]; seen || dup[k.KeyID] {
+			delete(out, k.KeyID) // an ambiguous kid verifies nothing rather than the first key
+			dup[k.KeyID] = true
+			continue
 		}
 		out[k.KeyID] = jwk{key: k.Key, alg: alg}
 	}
@@ -119,8 +122,9 @@ func newKeySource(url, file string, client *http.Client, now func() time.Time) *
 	return &keySource{url: url, file: file, client: client, now: now}
 }
 
-// lookup returns the key of kid for alg. It fetches the set when none is loaded, when the set
-// is older than jwksMaxAge, or when kid is unknown, each at most once per jwksMinRefetch.
+// lookup returns the key of kid for alg. The set is loaded on first use; it is loaded again
+// when kid is unknown or the set is older than jwksMaxAge, at most once per jwksMinRefetch
+// (a failed load counts too, so a down server is not hammered).
 func (s *keySource) lookup(ctx context.Context, kid, alg string) (any, error) {
 	if kid == "" {
 		return nil, errNoKid
@@ -128,7 +132,7 @@ func (s *keySource) lookup(ctx context.Context, kid, alg string) (any, error) {
 	if k, ok, fresh := s.cached(kid); ok && fresh {
 		return check(k, alg)
 	}
-	if err := s.refresh(ctx); err != nil {
+	if err := s.refresh(ctx, kid); err != nil {
 		return nil, err
 	}
 	k, ok, _ := s.cached(kid)
@@ -154,29 +158,40 @@ func (s *keySource) cached(kid string) (jwk, bool, bool) {
 	return k, ok, fresh
 }
 
-// refresh loads the set unless an attempt was made within jwksMinRefetch (then the cached set,
-// if still fresh, stands). A failure drops a set past its max age.
-func (s *keySource) refresh(ctx context.Context) error {
+// refresh loads the set for a lookup of kid, unless another lookup loaded one with kid
+// meanwhile or the last reload (or failure) was less than jwksMinRefetch ago; then the cached
+// set, if still fresh, stands. A failure drops a set past its max age: a stale set never
+// verifies because its server is down.
+func (s *keySource) refresh(ctx context.Context, kid string) error {
 	s.fetchMu.Lock()
 	defer s.fetchMu.Unlock()
 	s.mu.Lock()
 	now := s.now()
-	recent := !s.tried.IsZero() && now.Sub(s.tried) < jwksMinRefetch
+	_, has := s.keys[kid]
 	usable := s.keys != nil && now.Sub(s.fetched) < jwksMaxAge
-	if recent {
+	recent := !s.tried.IsZero() && now.Sub(s.tried) < jwksMinRefetch
+	first := s.keys == nil && s.tried.IsZero()
+	switch {
+	case usable && has:
+		s.mu.Unlock()
+		return nil // loaded while this lookup waited
+	case recent:
 		s.mu.Unlock()
 		if usable {
 			return nil
 		}
 		return errJWKSFetch
 	}
-	s.tried = now
+	if !first {
+		s.tried = now // the first load does not use up the minute: a rotation may follow at once
+	}
 	s.mu.Unlock()
 
 	keys, err := s.load(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
+		s.tried = s.now()
 		if s.onErr != nil {
 			s.onErr(err)
 		}
