@@ -59,8 +59,8 @@ function asymToken(claims, { key, kid, alg }) {
  * receives notifications/tools/list_changed (over the GET stream the transport opens after
  * initialization).
  */
-async function mcpConnect(server, token, { onListChanged, prefix = '' } = {}) {
-  const transport = new StreamableHTTPClientTransport(new URL(`${server.url}${prefix}/toolmark/mcp`), {
+async function mcpConnect(server, token, { onListChanged } = {}) {
+  const transport = new StreamableHTTPClientTransport(new URL(`${server.url}/toolmark/mcp`), {
     requestInit: { headers: { Authorization: `Bearer ${token}` } },
   });
   const client = new Client({ name: 'reverbgo-e2e', version: '1.0.0' });
