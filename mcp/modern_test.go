@@ -126,7 +126,9 @@ func TestResource(t *testing.T) {
 // TestFollower: the latest conversation of each user, bounded.
 func TestFollower(t *testing.T) {
 	f := newFollower(2)
-	k := func(user, conv string) bridge.ConvKey { return bridge.ConvKey{App: "a", User: user, Conversation: conv} }
+	k := func(user, conv string) bridge.ConvKey {
+		return bridge.ConvKey{App: "a", User: user, Conversation: conv}
+	}
 	for _, step := range []struct {
 		saw     bridge.ConvKey
 		changed bool
