@@ -14,6 +14,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -89,6 +90,13 @@ func mcpFlow(t *testing.T, a, b *testNode, version string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Occupancy is cluster-wide but reaches A a moment after B confirmed the subscription; the
+	// 2026-07-28 client lists at once (no initialize round trips before it).
+	key := bridge.ConvKey{App: appID, User: "u1", Conversation: conv}
+	testutil.WaitFor(t, "node A to see the page", func() bool {
+		m, err := a.n.br.PageManifest(context.Background(), key)
+		return err == nil && m != nil
+	})
 	var changed atomic.Int32
 	c := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, &sdk.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed.Add(1) }})
