@@ -50,9 +50,12 @@ func (s *Server) serveStateless(ctx context.Context, g *grant, ss *sdk.ServerSes
 	return next(ctx, method, req)
 }
 
+// addListener registers a listen like a session: in the node's bound (MaxNodeSessions), and
+// closed by Close so that a graceful shutdown does not wait for its stream.
 func (s *Server) addListener(se *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sessions[se.id] = se
 	set := s.byConv[se.key]
 	if set == nil {
 		set = map[*session]struct{}{}
@@ -64,6 +67,7 @@ func (s *Server) addListener(se *session) {
 func (s *Server) removeListener(se *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.sessions, se.id)
 	if set := s.byConv[se.key]; set != nil {
 		delete(set, se)
 		if len(set) == 0 {

@@ -145,3 +145,18 @@ func TestFollower(t *testing.T) {
 		t.Fatal("bound")
 	}
 }
+
+// TestListenEndsOnClose: Close ends the 2026-07-28 listen streams, as it ends GET streams, so a
+// graceful shutdown does not wait for them.
+func TestListenEndsOnClose(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	h.openPage("c1", "p1", 1, testTools)
+	cs := h.clientAt(token("secret1", nil), "", func() {})
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("negotiated %s", v)
+	}
+	key := bridge.ConvKey{App: "app1", User: "u1", Conversation: "c1"}
+	testutil.WaitFor(t, "the listen", func() bool { return h.mcp.sessionCount(key) == 1 })
+	h.mcp.Close()
+	testutil.WaitFor(t, "the listen to end", func() bool { return h.mcp.sessionCount(key) == 0 })
+}
