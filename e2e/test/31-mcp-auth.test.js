@@ -4,11 +4,15 @@
 // metadata (RFC 9728) and the resource_metadata of every 401, tokens of the app's own
 // authorization server verified from a JWKS served on loopback (RS256, ES256, EdDSA by kid,
 // rotation), toolmark.mcp.max_token_lifetime_s, and a token without conversation_id that
-// follows the user's latest page. The official TypeScript client (2025-11-25) is the client.
+// follows the user's latest page. The official TypeScript client (2025-11-25) is the client,
+// and the official Go SDK client (e2e/gosdk, built here) at 2026-07-28 and 2025-11-25.
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
 const http = require('node:http');
+const path = require('node:path');
+const readline = require('node:readline');
+const { spawn, execFileSync } = require('node:child_process');
 const { startServer } = require('../lib/server');
 const { sdk } = require('../lib/clients');
 const { startAuthApp } = require('../lib/authapp');
@@ -216,4 +220,55 @@ describe('tokens of the app\'s authorization server (JWKS)', () => {
     const res = await c.client.callTool({ name: 'mail__send', arguments: {} });
     assert.deepEqual(res.structuredContent, { status: 'ok', data: { conv: convB, tool: 'mail.send' } });
   });
+});
+
+// The Go SDK client as a child process (e2e/gosdk): its JSON lines, step by step.
+const GOSDK_BIN = process.env.GOSDK_BIN || path.resolve(__dirname, '../../bin/gosdk-e2e');
+function goClient(t, args) {
+  const proc = spawn(GOSDK_BIN, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  cleanup(t).add(() => proc.kill());
+  const lines = [];
+  const waiters = [];
+  readline.createInterface({ input: proc.stdout }).on('line', (l) => {
+    lines.push(JSON.parse(l));
+    for (const w of waiters.splice(0)) w();
+  });
+  return {
+    /** The next line (after those already taken), waiting for it. */
+    async next(step) {
+      const end = Date.now() + 20000;
+      while (lines.length === 0) {
+        if (Date.now() > end) throw new Error(`no line from the Go client (want ${step})`);
+        await new Promise((r) => { waiters.push(r); setTimeout(r, 250); });
+      }
+      const l = lines.shift();
+      assert.equal(l.step, step, JSON.stringify(l));
+      return l;
+    },
+  };
+}
+
+describe('the official Go SDK client', () => {
+  before(() => {
+    if (!process.env.GOSDK_BIN) {
+      execFileSync('go', ['build', '-o', GOSDK_BIN, './e2e/gosdk'], { cwd: path.resolve(__dirname, '../..'), stdio: 'inherit',
+        env: { ...process.env, CGO_ENABLED: '0' } });
+    }
+  });
+  for (const [version, want] of [['', '2026-07-28'], ['2025-11-25', '2025-11-25']]) {
+    test(`asked for ${version || 'its default'}: negotiates ${want}, lists, calls, and gets list_changed`, async (t) => {
+      const conv = uid('g');
+      const p = await page(t, conv, TOOLS_A);
+      const c = goClient(t, ['-url', `${server.url}/toolmark/mcp`, '-token', asToken(es1, { conversation_id: conv }),
+        '-version', version, '-call', 'notes__list', '-wait', '20s']);
+      assert.equal((await c.next('connected')).protocol, want);
+      assert.deepEqual((await c.next('listed')).tools, ['notes__list']);
+      const called = await c.next('called');
+      assert.equal(called.isError, false);
+      assert.deepEqual(called.result, { status: 'ok', data: { conv, tool: 'notes.list' } });
+      assert.equal((await p.manifest(2, [...TOOLS_A, ...TOOLS_B])).status, 204);
+      await c.next('changed');
+      assert.deepEqual((await c.next('listed')).tools, ['notes__list', 'mail__send']);
+    });
+  }
 });
