@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -93,8 +94,14 @@ func mcpFlow(t *testing.T, a, b *testNode, version string) {
 	// Occupancy is cluster-wide but reaches A a moment after B confirmed the subscription; the
 	// 2026-07-28 client lists at once (no initialize round trips before it).
 	key := bridge.ConvKey{App: appID, User: "u1", Conversation: conv}
+	var seen string
 	testutil.WaitFor(t, "node A to see the page", func() bool {
 		m, err := a.n.br.PageManifest(context.Background(), key)
+		now := fmt.Sprintf("node A: manifest %v, err %v, page subscribed %v", m != nil, err, a.n.srv.Subscribed(appID, ch))
+		if now != seen { // logged on failure only
+			t.Log(now)
+			seen = now
+		}
 		return err == nil && m != nil
 	})
 	var changed atomic.Int32
