@@ -17,6 +17,7 @@ const (
 	DefaultMaxBatchSize         = 10
 	DefaultCallTimeoutMS        = 30000
 	DefaultMaxTimeoutMS         = 600000
+	DefaultMaxTokenLifetimeS    = 86400
 	DefaultScalingChannel       = "reverb"
 	DefaultNodeTimeout          = 10
 	DefaultWebhookLease         = 15  // seconds
@@ -47,6 +48,7 @@ func (c *Config) ApplyDefaults() {
 		s.Port = DefaultPort
 	}
 	s.Path = normalizePath(s.Path)
+	s.PublicURL = strings.TrimRight(strings.TrimSpace(s.PublicURL), "/")
 	if s.MaxRequestSize == 0 {
 		s.MaxRequestSize = DefaultMaxRequestSize
 	}
@@ -91,6 +93,10 @@ func (a *App) applyDefaults() {
 	for i := range a.Webhooks {
 		setInt(&a.Webhooks[i].Timeout, DefaultWebhookTimeout)
 		setInt(&a.Webhooks[i].RetryFor, DefaultWebhookRetryFor)
+	}
+	setInt(&a.Toolmark.MCP.MaxTokenLifetimeS, DefaultMaxTokenLifetimeS)
+	if m := &a.Toolmark.MCP; len(m.AuthorizationServers) == 0 && m.Issuer != "" {
+		m.AuthorizationServers = []string{m.Issuer}
 	}
 	if a.Toolmark.PageAuth == "" {
 		a.Toolmark.PageAuth = PageAuthToken

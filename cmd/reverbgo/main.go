@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	_ "net/http/pprof" // only served with --debug-addr, on its own listener
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -166,6 +167,19 @@ func (c consoleServer) Trigger(ctx context.Context, appID, channel, event string
 	return c.httpAPI.Trigger(ctx, appID, channel, event, data)
 }
 
+// trustedProxies parses server.trusted_proxies (validated: CIDRs or addresses).
+func trustedProxies(list []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	return out
+}
+
 // appDirectory gives the bridge app lookups over the validated config.
 type appDirectory struct{ cfg *config.Config }
 
@@ -275,8 +289,12 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	httpAPI.Routes(e, prefix)
 	g := e.Group(prefix)
 	br.Register(g, prefix)
-	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger})
+	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger,
+		PublicURL: cfg.Server.PublicURL, Path: prefix, TrustedProxies: trustedProxies(cfg.Server.TrustedProxies)})
 	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
+	// RFC 9728: the metadata path is the resource's path under /.well-known/, outside server.path.
+	e.Match([]string{http.MethodGet, http.MethodHead, http.MethodOptions}, mcp.MetadataPath(prefix),
+		echo.WrapHandler(http.HandlerFunc(mcpSrv.ServeMetadata)))
 	con := newConsole(cfg, srv, httpAPI, br, hooks, cl, clients, logger)
 	if con != nil {
 		con.Register(e, prefix)
