@@ -31,6 +31,10 @@ type Server struct {
 	// ShutdownTimeoutSeconds bounds how long in-flight HTTP requests may take on SIGTERM (default 10).
 	ShutdownTimeoutSeconds int `mapstructure:"shutdown_timeout"`
 	Log                    Log `mapstructure:"log"`
+	// TrustedProxies lists reverse proxies (IP addresses or CIDR prefixes, e.g. "127.0.0.1",
+	// "10.0.0.0/8") whose X-Forwarded-For names the client, for the per-client limits (the
+	// share of pending request bodies, console logins). Empty: the peer is the client.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
 	// WriteCoalesceMS is the longest, in milliseconds, that a frame for a socket may wait for
 	// more frames to join it in one write. The wait is adaptive: it applies only while the
 	// socket's flusher is busy (its previous round wrote, or left waiting, dozens of
@@ -88,6 +92,11 @@ type Scaling struct {
 	// NodeTimeout is how many seconds after its last heartbeat a node is declared dead and its
 	// presence members and sockets are removed by the survivors (default 10).
 	NodeTimeout int `mapstructure:"node_timeout"`
+	// WebhookLease is how many seconds a node owns a webhook URL's outbox without renewing
+	// it (default 15): a node that dies while delivering is taken over after at most this
+	// long. It is renewed every quarter of it while a batch is in flight, so it must be
+	// longer than every webhook's timeout plus that renewal interval.
+	WebhookLease int `mapstructure:"webhook_lease"`
 }
 
 // RedisSentinel is a Sentinel-managed master. Password authenticates to the master and its
@@ -147,6 +156,8 @@ type App struct {
 	EnableUserAuthentication *bool `mapstructure:"enable_user_authentication"`
 	// ClientEventRateLimit per connection per second; 0 = unlimited (default 10).
 	ClientEventRateLimit *int `mapstructure:"client_event_rate_limit"`
+	// RateLimiting is Reverb's per-connection message limit (ratelimit.go).
+	RateLimiting RateLimiting `mapstructure:"rate_limiting"`
 	// MaxPresenceMembers per presence channel (default 100).
 	MaxPresenceMembers int `mapstructure:"max_presence_members"`
 	// MaxBatchSize of batch_events (default 10).
@@ -189,6 +200,12 @@ type Webhook struct {
 	// Headers are sent with every POST to URL, e.g. {Authorization: "Bearer ..."} for a
 	// receiver behind a gateway. They cannot replace the headers the signature relies on.
 	Headers map[string]string `mapstructure:"headers"`
+	// Timeout bounds one POST, in seconds (default 10). With scaling it must be shorter
+	// than scaling.webhook_lease minus its renewal interval (a quarter of the lease).
+	Timeout int `mapstructure:"timeout"`
+	// RetryFor is how long, in seconds, a batch that gets no 2xx is retried after its first
+	// attempt before it is dropped (default 300, Pusher's 5 minutes).
+	RetryFor int `mapstructure:"retry_for"`
 }
 
 // IsEnabled reports the effective enabled flag.

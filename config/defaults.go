@@ -19,6 +19,9 @@ const (
 	DefaultMaxTimeoutMS         = 600000
 	DefaultScalingChannel       = "reverb"
 	DefaultNodeTimeout          = 10
+	DefaultWebhookLease         = 15  // seconds
+	DefaultWebhookTimeout       = 10  // seconds
+	DefaultWebhookRetryFor      = 300 // seconds: Pusher's 5 minutes
 	DefaultLogFormat            = "json"
 	DefaultLogLevel             = "info"
 	// DefaultWriteCoalesceMS: adaptive coalescing, up to 2 ms, on by default. Under load
@@ -64,6 +67,7 @@ func (c *Config) ApplyDefaults() {
 		c.Scaling.Channel = DefaultScalingChannel
 	}
 	setInt(&c.Scaling.NodeTimeout, DefaultNodeTimeout)
+	setInt(&c.Scaling.WebhookLease, DefaultWebhookLease)
 	for i := range c.Apps {
 		c.Apps[i].applyDefaults()
 	}
@@ -81,8 +85,13 @@ func (a *App) applyDefaults() {
 	setInt(&a.MaxMessageSize, DefaultMaxMessageSize)
 	setInt(&a.MaxPresenceMembers, DefaultMaxPresenceMembers)
 	setInt(&a.MaxBatchSize, DefaultMaxBatchSize)
+	a.RateLimiting.applyDefaults()
 	setInt(&a.Toolmark.CallTimeoutMS, DefaultCallTimeoutMS)
 	setInt(&a.Toolmark.MaxTimeoutMS, DefaultMaxTimeoutMS)
+	for i := range a.Webhooks {
+		setInt(&a.Webhooks[i].Timeout, DefaultWebhookTimeout)
+		setInt(&a.Webhooks[i].RetryFor, DefaultWebhookRetryFor)
+	}
 	if a.Toolmark.PageAuth == "" {
 		a.Toolmark.PageAuth = PageAuthToken
 	}

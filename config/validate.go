@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -63,6 +64,7 @@ func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateServer(v)
 	c.validateScaling(v)
+	c.validateWebhookLease(v)
 	if c.Console.Enabled && strings.TrimSpace(c.Console.Token) == "" {
 		v.add("console.token", "is required when console.enabled is true")
 	}
@@ -113,6 +115,11 @@ func (c *Config) validateServer(v *validator) {
 	v.nonNegative("server.shutdown_timeout", int64(s.ShutdownTimeoutSeconds))
 	if ms := s.WriteCoalesceMS; ms != nil && (*ms < 0 || *ms > MaxWriteCoalesceMS) {
 		v.add("server.write_coalesce_ms", "must be between 0 (off) and %d milliseconds, got %d", MaxWriteCoalesceMS, *ms)
+	}
+	for i, tp := range s.TrustedProxies {
+		if !validProxy(tp) {
+			v.add(fmt.Sprintf("server.trusted_proxies[%d]", i), "must be an IP address or a CIDR prefix, got %q", tp)
+		}
 	}
 	s.Compression.validate(v)
 	switch {
@@ -215,6 +222,7 @@ func (a *App) validate(v *validator, p string) {
 	}
 	v.positive(p+".max_presence_members", int64(a.MaxPresenceMembers))
 	v.positive(p+".max_batch_size", int64(a.MaxBatchSize))
+	a.RateLimiting.validate(v, p+".rate_limiting")
 
 	t := &a.Toolmark
 	v.positive(p+".toolmark.call_timeout_ms", int64(t.CallTimeoutMS))
@@ -240,7 +248,43 @@ func (a *App) validate(v *validator, p string) {
 			}
 		}
 		checkWebhookHeaders(v, wp+".headers", w.Headers)
+		v.positive(wp+".timeout", int64(w.Timeout))
+		v.positive(wp+".retry_for", int64(w.RetryFor))
 	}
+}
+
+// validateWebhookLease: with scaling, a webhook's POST must end (its timeout) before the
+// outbox lease could lapse after a renewal that came just too late (one renewal interval,
+// a quarter of the lease); otherwise another node could take the batch while it is posted.
+func (c *Config) validateWebhookLease(v *validator) {
+	if !c.Scaling.Enabled {
+		return
+	}
+	lease := c.Scaling.WebhookLease
+	v.positive("scaling.webhook_lease", int64(lease))
+	if lease <= 0 {
+		return
+	}
+	for i, a := range c.Apps {
+		for j, w := range a.Webhooks {
+			// lease > timeout + lease/4, in milliseconds so a quarter second counts.
+			if int64(lease)*1000 <= int64(w.Timeout)*1000+int64(lease)*250 {
+				v.add(fmt.Sprintf("apps[%d].webhooks[%d].timeout", i, j),
+					"must be shorter than scaling.webhook_lease (%d s) minus its renewal interval (a quarter of it), got %d s; raise scaling.webhook_lease", lease, w.Timeout)
+			}
+		}
+	}
+}
+
+// validProxy accepts what httpguard.ParseProxy parses: an IP address or a CIDR prefix.
+func validProxy(s string) bool {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		_, err := netip.ParsePrefix(s)
+		return err == nil
+	}
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // checkToken requires a non-empty printable ASCII string without spaces or any of forbidden.

@@ -40,12 +40,24 @@ func TestValidationErrors(t *testing.T) {
 		{"write_coalesce_ms negative", "server: {write_coalesce_ms: -1}\n" + minimal,
 			"server.write_coalesce_ms: must be between 0 (off) and 1000 milliseconds, got -1"},
 		{"write_coalesce_ms too long", "server: {write_coalesce_ms: 1001}\n" + minimal, "server.write_coalesce_ms: must be between 0 (off) and 1000"},
+		{"trusted_proxies not an address", "server: {trusted_proxies: [\"10.0.0.0/8\", \"proxy.local\"]}\n" + minimal,
+			"server.trusted_proxies[1]: must be an IP address or a CIDR prefix, got \"proxy.local\""},
 		{"port too big", "server: {port: 65536}\n" + minimal, "server.port: must be between 1 and 65535"},
 		{"port negative", "server: {port: -1}\n" + minimal, "server.port: must be between 1 and 65535"},
 		{"activity_timeout negative", minimal + "    activity_timeout: -1\n", "apps[0].activity_timeout: must be > 0"},
 		{"ping_interval negative", minimal + "    ping_interval: -5\n", "apps[0].ping_interval: must be > 0"},
 		{"tls cert only", "server: {tls: {cert: c.pem}}\n" + minimal, "server.tls.key: must be set when server.tls.cert is set"},
 		{"tls key only", "server: {tls: {key: k.pem}}\n" + minimal, "server.tls.cert: must be set when server.tls.key is set"},
+		{"webhook timeout negative", minimal + "    webhooks: [{url: 'https://x', timeout: -1}]\n", "apps[0].webhooks[0].timeout: must be > 0"},
+		{"webhook retry_for negative", minimal + "    webhooks: [{url: 'https://x', retry_for: -5}]\n", "apps[0].webhooks[0].retry_for: must be > 0"},
+		// lease 15 s, renewed every 3.75 s: a POST may take up to 11 s, not 12.
+		{"webhook timeout not shorter than the lease minus its renewal", "scaling: {enabled: true, redis_url: 'redis://127.0.0.1:6379'}\n" + minimal +
+			"    webhooks: [{url: 'https://x', timeout: 11}, {url: 'https://y', timeout: 12}]\n",
+			"apps[0].webhooks[1].timeout: must be shorter than scaling.webhook_lease (15 s) minus its renewal interval"},
+		{"webhook lease raised too little", "scaling: {enabled: true, redis_url: 'redis://127.0.0.1:6379', webhook_lease: 20}\n" + minimal +
+			"    webhooks: [{url: 'https://x', timeout: 15}]\n", "apps[0].webhooks[0].timeout: must be shorter than scaling.webhook_lease (20 s)"},
+		{"webhook lease negative", "scaling: {enabled: true, redis_url: 'redis://127.0.0.1:6379', webhook_lease: -1}\n" + minimal,
+			"scaling.webhook_lease: must be > 0"},
 		{"webhook ftp", minimal + "    webhooks: [{url: 'ftp://x/y'}]\n", "apps[0].webhooks[0].url: must be an absolute http(s) URL"},
 		{"webhook relative", minimal + "    webhooks: [{url: 'http://ok'}, {url: '/hook'}]\n", "apps[0].webhooks[1].url"},
 		{"webhook empty", minimal + "    webhooks: [{url: ''}]\n", "apps[0].webhooks[0].url"},
@@ -139,6 +151,7 @@ apps:
     toolmark: {call_timeout_ms: 600000}
     webhooks:
       - {url: "https://hooks.example.com/pusher", headers: {Authorization: "Bearer t0k", X-Tenant: acme}}
+      - {url: "https://slow.example.com/x", timeout: 11, retry_for: 30}
       - {url: "http://127.0.0.1:9/x", event_types: [channel_occupied, channel_vacated, member_added, member_removed, client_event, cache_miss, subscription_count, toolmark_confirmed]}
   - {app_id: "2", key: k2, secret: s2, accept_client_events_from: none}
 `
@@ -148,6 +161,12 @@ apps:
 	}
 	if c.AppByID("2").AcceptClientEventsFrom != ClientEventsNone || c.Server.Path != "/ws" || !c.Console.Enabled || c.Console.Token != "s3cret-console-token" {
 		t.Fatalf("%+v", c)
+	}
+	// Webhook settings: explicit, or the defaults; the lease defaults to 15 s.
+	hooks := c.AppByID("1").Webhooks
+	if hooks[1].Timeout != 11 || hooks[1].RetryFor != 30 || hooks[0].Timeout != DefaultWebhookTimeout ||
+		hooks[0].RetryFor != DefaultWebhookRetryFor || c.Scaling.WebhookLease != DefaultWebhookLease {
+		t.Fatalf("webhooks %+v, lease %d", hooks, c.Scaling.WebhookLease)
 	}
 }
 

@@ -42,6 +42,7 @@ type Conn struct {
 
 	rateWindow int64 // unix second of the client-event window (reader goroutine only)
 	rateCount  int
+	msgWindow  messageWindow // Reverb's rate_limiting window (ratelimit.go, reader goroutine only)
 }
 
 // SocketID implements channels.Subscriber.
