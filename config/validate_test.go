@@ -30,6 +30,17 @@ func TestValidationErrors(t *testing.T) {
 		{"enum is case-sensitive", minimal + "    accept_client_events_from: Members\n", "apps[0].accept_client_events_from"},
 		{"origin glob in the middle", minimal + "    allowed_origins: [\"app-*.example.com\"]\n", "apps[0].allowed_origins[0]: origin pattern"},
 		{"bad page_auth", minimal + "    toolmark: {page_auth: none}\n", "apps[0].toolmark.page_auth: must be one of token, socket_id"},
+		{"public_url with a path", "server: {public_url: 'https://ws.example.com/x'}\n" + minimal, "server.public_url: must be an absolute http(s) URL without path"},
+		{"public_url without scheme", "server: {public_url: 'ws.example.com'}\n" + minimal, "server.public_url"},
+		{"trusted proxy not a CIDR", "server: {trusted_proxies: ['10.0.0.0/33']}\n" + minimal, "server.trusted_proxies[0]: must be an IP address or a CIDR"},
+		{"mcp issuer without keys", minimal + "    toolmark: {mcp: {issuer: 'https://a.example'}}\n", "apps[0].toolmark.mcp.jwks_url: one of jwks_url and jwks_file"},
+		{"mcp keys without issuer", minimal + "    toolmark: {mcp: {jwks_file: /k.json}}\n", "apps[0].toolmark.mcp.issuer: must be set with jwks_url or jwks_file"},
+		{"mcp two key sources", minimal + "    toolmark: {mcp: {issuer: 'https://a', jwks_url: 'https://a/j', jwks_file: /k.json}}\n", "apps[0].toolmark.mcp.jwks_file: must not be set with jwks_url"},
+		{"mcp jwks_url relative", minimal + "    toolmark: {mcp: {issuer: 'https://a', jwks_url: /j}}\n", "apps[0].toolmark.mcp.jwks_url: must be an absolute http(s) URL"},
+		{"mcp issuer is the app key", minimal + "    toolmark: {mcp: {issuer: k1, jwks_file: /k.json}}\n", "apps[0].toolmark.mcp.issuer: must differ from the app key"},
+		{"mcp duplicate issuer", minimal + "    toolmark: {mcp: {issuer: 'https://a', jwks_file: /k.json}}\n" + app2 + ", toolmark: {mcp: {issuer: 'https://a', jwks_file: /k.json}}}\n", `apps[1].toolmark.mcp.issuer: duplicate of apps[0].toolmark.mcp.issuer "https://a"`},
+		{"mcp authorization server relative", minimal + "    toolmark: {mcp: {authorization_servers: [/as]}}\n", "apps[0].toolmark.mcp.authorization_servers[0]: must be an absolute http(s) URL"},
+		{"mcp negative lifetime", minimal + "    toolmark: {mcp: {max_token_lifetime_s: -1}}\n", "apps[0].toolmark.mcp.max_token_lifetime_s: must be > 0"},
 		{"negative max_connections", minimal + "    max_connections: -1\n", "apps[0].max_connections: must be >= 0"},
 		{"negative max_message_size", minimal + "    max_message_size: -1\n", "apps[0].max_message_size: must be > 0"},
 		{"negative rate limit", minimal + "    client_event_rate_limit: -1\n", "apps[0].client_event_rate_limit: must be >= 0"},
@@ -201,5 +212,24 @@ func TestWriteCoalesce(t *testing.T) {
 	// A Config built by hand without ApplyDefaults (as tests and embedders do) gets the default too.
 	if got := (&Server{}).WriteCoalesce(); got != DefaultWriteCoalesceMS*time.Millisecond {
 		t.Fatalf("zero Server: %v", got)
+	}
+}
+
+// TestMCPDefaults: public_url loses a trailing slash, the token lifetime defaults to a day and
+// authorization_servers to [issuer].
+func TestMCPDefaults(t *testing.T) {
+	c := Config{Server: Server{PublicURL: " https://ws.example.com/ "}, Apps: []App{
+		{ID: "a", Key: "k", Secret: "s", Toolmark: Toolmark{MCP: ToolmarkMCP{Issuer: "https://as.example", JWKSURL: "https://as.example/jwks"}}},
+		{ID: "b", Key: "k2", Secret: "s"},
+	}}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m := c.Apps[0].Toolmark.MCP
+	if c.Server.PublicURL != "https://ws.example.com" || m.MaxTokenLifetimeS != DefaultMaxTokenLifetimeS ||
+		len(m.AuthorizationServers) != 1 || m.AuthorizationServers[0] != "https://as.example" ||
+		len(c.Apps[1].Toolmark.MCP.AuthorizationServers) != 0 {
+		t.Fatalf("%+v %+v", c.Server, c.Apps)
 	}
 }

@@ -24,9 +24,10 @@ import (
 // Every key carries the hash tag of the prefix (see NewRedisStore), so the scripts work
 // on Redis Cluster too: webhook state is small and one slot carries it.
 type RedisStore struct {
-	rdb  redis.UniversalClient
-	p    string // key prefix, with a hash tag
-	node string
+	rdb      redis.UniversalClient
+	p        string // key prefix, with a hash tag
+	node     string
+	external bool // liveness comes from the cluster's node registry (UseNodeRegistry)
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -299,6 +300,9 @@ func (s *RedisStore) Fire(ctx context.Context, h Hold, now time.Time, out Out) (
 
 // Maintain implements Store.
 func (s *RedisStore) Maintain(ctx context.Context, now time.Time, ttl time.Duration) error {
+	if s.external {
+		return nil
+	}
 	if err := s.rdb.HSet(ctx, s.nodes(), s.node, now.UnixMilli()).Err(); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	_ "net/http/pprof" // only served with --debug-addr, on its own listener
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -117,6 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
 		return 2
 	}
+	warnReverbEnv(logger, os.Environ())
 	metrics := newMetricsRegistry()
 	if *debugAddr != "" {
 		http.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
@@ -163,6 +165,19 @@ type consoleServer struct {
 
 func (c consoleServer) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
 	return c.httpAPI.Trigger(ctx, appID, channel, event, data)
+}
+
+// trustedProxies parses server.trusted_proxies (validated: CIDRs or addresses).
+func trustedProxies(list []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	return out
 }
 
 // appDirectory gives the bridge app lookups over the validated config.
@@ -213,7 +228,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 			return nil, err
 		}
 		// The outbox and the occupancy/hold decisions are cluster-wide (webhooks.RedisStore).
-		hookOpts.Store, hookOpts.NodeID = webhooks.NewRedisStore(cl.rdb, cl.prefix, cl.node), cl.node
+		hookOpts.Store, hookOpts.NodeID = cl.webhookStore(), cl.node
 		// A dead node's channels are vacated within the same node_timeout as its presence.
 		hookOpts.NodeTTL = time.Duration(cfg.Scaling.NodeTimeout) * time.Second
 	}
@@ -274,8 +289,12 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	httpAPI.Routes(e, prefix)
 	g := e.Group(prefix)
 	br.Register(g, prefix)
-	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger})
+	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger,
+		PublicURL: cfg.Server.PublicURL, Path: prefix, TrustedProxies: trustedProxies(cfg.Server.TrustedProxies)})
 	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
+	// RFC 9728: the metadata path is the resource's path under /.well-known/, outside server.path.
+	e.Match([]string{http.MethodGet, http.MethodHead, http.MethodOptions}, mcp.MetadataPath(prefix),
+		echo.WrapHandler(http.HandlerFunc(mcpSrv.ServeMetadata)))
 	con := newConsole(cfg, srv, httpAPI, br, hooks, cl, clients, logger)
 	if con != nil {
 		con.Register(e, prefix)
