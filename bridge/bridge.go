@@ -96,6 +96,7 @@ type Bridge struct {
 	pageRate  *limiter
 	callRate  *limiter
 	flight    *inflight
+	schemas   *schemaCache // described input schemas (toolmark.validate)
 	cors      echo.MiddlewareFunc         // preflight answers (preflightCORS)
 	obs       atomic.Pointer[observerBox] // the console's, nil unless one is open (observe.go)
 	closing   chan struct{}
@@ -124,6 +125,7 @@ func New(opts Options) *Bridge {
 	b.callRate = newLimiter(b.lim.CallRate, b.lim.CallBurst, b.now)
 	b.cors = b.preflightCORS()
 	b.flight = &inflight{max: b.lim.MaxInFlight, n: map[ConvKey]int{}}
+	b.schemas = newSchemaCache()
 	go b.janitor()
 	return b
 }

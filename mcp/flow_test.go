@@ -82,7 +82,7 @@ func TestFlow(t *testing.T) {
 	if string(mustJSON(res.StructuredContent)) != text {
 		t.Fatalf("text %s vs structured %s", text, mustJSON(res.StructuredContent))
 	}
-	if !strings.Contains(h.logs.String(), `"kind":"call","surface":"mcp","status":"ok"`) {
+	if !strings.Contains(h.logs.String(), `"kind":"call","surface":"mcp","subject":"u1","status":"ok"`) {
 		t.Fatalf("no mcp audit line:\n%s", h.logs.String())
 	}
 

@@ -223,6 +223,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, "Body over the size limit")
 			return
 		}
+		if s.refuseScope(w, r, g, sessionID, body) {
+			return
+		}
 		if id, ok := toolsCallID(body); ok {
 			r.Header.Set(requestIDHeader, id)
 		}
