@@ -96,7 +96,7 @@ type Bridge struct {
 	pageRate  *limiter
 	callRate  *limiter
 	flight    *inflight
-	schemas   *schemaCache // described input schemas (toolmark.validate)
+	schemas   *schemaCache                // described input schemas (toolmark.validate)
 	cors      echo.MiddlewareFunc         // preflight answers (preflightCORS)
 	obs       atomic.Pointer[observerBox] // the console's, nil unless one is open (observe.go)
 	closing   chan struct{}
