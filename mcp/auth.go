@@ -30,8 +30,9 @@ type Apps interface {
 // exp (required), nbf and iat (optional).
 type Claims struct {
 	jwt.RegisteredClaims
-	ConversationID string `json:"conversation_id"`
-	AccessClaims
+	ConversationID string           `json:"conversation_id"`
+	Scope          string           `json:"scope,omitempty"`
+	ToolmarkTools  jwt.ClaimStrings `json:"toolmark_tools,omitempty"`
 }
 
 // authError is a refused request: the HTTP status and a short reason for the body.
@@ -47,8 +48,8 @@ type grant struct {
 	app *config.App
 	key bridge.ConvKey
 	exp time.Time
-	// access is what the token's scope and toolmark_tools claims allow (grant.go).
-	access bridge.Access
+	// claims are the verified token's; grant.go reads scope and toolmark_tools from them.
+	claims *Claims
 }
 
 // owner is the session owner the SDK compares on every request of a session (its "user id"):
@@ -127,12 +128,11 @@ func (v *verifier) verify(token string) (*grant, error) {
 	if !bridge.ValidChannelPart(c.ConversationID) {
 		return nil, errors.New("conversation_id must be a string of 1-128 characters from [-a-zA-Z0-9_=@,;]")
 	}
-	access, err := c.access()
-	if err != nil {
+	if _, err := accessOf(&c); err != nil {
 		return nil, err
 	}
 	return &grant{app: app, key: bridge.ConvKey{App: app.ID, User: c.Subject, Conversation: c.ConversationID},
-		exp: c.ExpiresAt.Time, access: access}, nil
+		exp: c.ExpiresAt.Time, claims: &c}, nil
 }
 
 // simplify turns golang-jwt's error chain into one short reason that names no secret.

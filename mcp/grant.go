@@ -1,53 +1,47 @@
 package mcp
 
 import (
-	"encoding/json"
 	"errors"
 	"strings"
 
 	"github.com/reverbgo/reverbgo/bridge"
 )
 
-// AccessClaims are the token claims that narrow a grant to some tools: `scope` (space
-// separated, OAuth's; toolmark:read = only readOnly tools, toolmark:write = all, other scopes
-// ignored) and `toolmark_tools` (tool-name globs, an array or a space-separated string).
-// Absent claims restrict nothing, so tokens issued before scopes existed keep every tool.
-type AccessClaims struct {
-	Scope         *string   `json:"scope,omitempty"`
-	ToolmarkTools toolGlobs `json:"toolmark_tools,omitempty"`
-}
-
-// toolGlobs is toolmark_tools: nil when absent.
-type toolGlobs []string
-
-func (t *toolGlobs) UnmarshalJSON(b []byte) error {
-	var list []string
-	if err := json.Unmarshal(b, &list); err == nil {
-		if list == nil { // null
-			return nil
+// accessOf is what a token's claims allow: `scope` (space separated, OAuth's; toolmark:read =
+// only readOnly tools, toolmark:write = all, other scopes ignored) and `toolmark_tools`
+// (tool-name globs, an array or a string; each entry may hold several separated by spaces).
+// An absent or empty claim restricts nothing, so tokens issued before scopes existed keep
+// every tool. An error (a glob that is not ^[A-Za-z0-9_.*-]{1,128}$, too many) makes the token
+// invalid (401).
+func accessOf(c *Claims) (bridge.Access, error) {
+	var tools []string
+	if c.ToolmarkTools != nil {
+		tools = []string{}
+		for _, entry := range c.ToolmarkTools {
+			tools = append(tools, strings.Fields(entry)...)
 		}
-		*t = list
-		return nil
 	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return errors.New("toolmark_tools must be an array of strings or a space-separated string")
-	}
-	*t = append(toolGlobs{}, strings.Fields(s)...)
-	return nil
-}
-
-// access is the bridge.Access the claims grant; an error makes the token invalid (401).
-func (c *AccessClaims) access() (bridge.Access, error) {
-	scope := ""
-	if c.Scope != nil {
-		scope = *c.Scope
-	}
-	a, err := bridge.ParseScope(scope, c.Scope != nil, c.ToolmarkTools)
+	a, err := bridge.ParseScope(c.Scope, c.Scope != "", tools)
 	if err != nil {
 		return bridge.Access{}, errors.New("toolmark_tools: " + err.Error())
 	}
 	return a, nil
+}
+
+// denyAll is what a grant whose claims do not parse allows (never reached: verify refuses
+// such tokens; this keeps access fail-closed if that check were lost).
+var denyAll, _ = bridge.NewAccess([]string{}, []string{}, false)
+
+// access is what the grant's token allows (the zero Access, everything, without claims).
+func (g *grant) access() bridge.Access {
+	if g.claims == nil {
+		return bridge.Access{}
+	}
+	a, err := accessOf(g.claims)
+	if err != nil {
+		return denyAll
+	}
+	return a
 }
 
 // subject is the token's sub, for the audit line.

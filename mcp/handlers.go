@@ -35,7 +35,8 @@ func (s *Server) listTools(ctx context.Context, g *grant, se *session) (*sdk.Lis
 	for name, sch := range fresh {
 		schemas[name] = sch
 	}
-	l := mapManifest(m, schemas, &g.access)
+	access := g.access()
+	l := mapManifest(m, schemas, &access)
 	s.mu.Lock()
 	se.listed = l
 	if se.knownClient != l.clientID || se.knownRev < l.rev {
@@ -57,7 +58,8 @@ var privateList = sdk.Cacheable{TTLMs: 0, CacheScope: "private"}
 // returns the schemas of the describes that succeeded (failed ones are not cached and map to
 // {"type":"object"}).
 func (s *Server) describeAll(ctx context.Context, g *grant, m *bridge.Manifest, cached map[string]json.RawMessage) map[string]json.RawMessage {
-	todo := mapManifest(m, nil, &g.access)
+	access := g.access()
+	todo := mapManifest(m, nil, &access)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	out := map[string]json.RawMessage{}
@@ -75,7 +77,7 @@ func (s *Server) describeAll(ctx context.Context, g *grant, m *bridge.Manifest, 
 		go func(name string) {
 			defer wg.Done()
 			res, err := s.br.Invoke(ctx, g.app, bridge.Invocation{Key: g.key, Kind: bridge.KindDescribe, Tool: name,
-				Timeout: timeout, Surface: bridge.SurfaceMCP, Subject: g.subject(), Access: g.access})
+				Timeout: timeout, Surface: bridge.SurfaceMCP, Subject: g.subject(), Access: access})
 			if err != nil {
 				return
 			}
@@ -107,7 +109,8 @@ func (s *Server) callTool(ctx context.Context, g *grant, se *session, p *sdk.Cal
 	l := se.listed
 	s.mu.Unlock()
 	if l == nil {
-		l = mapManifest(m, nil, &g.access)
+		access := g.access()
+		l = mapManifest(m, nil, &access)
 	}
 	lt := l.byName[p.Name]
 	if lt == nil {
@@ -121,7 +124,7 @@ func (s *Server) callTool(ctx context.Context, g *grant, se *session, p *sdk.Cal
 	rev := l.rev
 	out, err := s.br.Invoke(ctx, g.app, bridge.Invocation{Key: g.key, Kind: bridge.KindCall, Tool: lt.name,
 		Input: input, Rev: &rev, ToolUseID: toolUseID(se.id, h), Surface: bridge.SurfaceMCP,
-		Subject: g.subject(), Access: g.access, DryRun: dryRun(p.Meta)})
+		Subject: g.subject(), Access: g.access(), DryRun: dryRun(p.Meta)})
 	if err != nil {
 		var pe *bridge.ProtocolError
 		switch {

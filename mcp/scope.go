@@ -24,29 +24,23 @@ func dryRun(m sdk.Meta) bool {
 // grant's scope or toolmark_tools deny, as MCP authorization asks for a step-up: toolmark:read
 // calling a tool that is not readOnly gets `WWW-Authenticate: Bearer error="insufficient_scope",
 // scope="toolmark:write"`; a tool outside toolmark_tools gets the error without a scope (no
-// scope helps). It reports whether it answered. Names resolve like tools/call does (against
-// the page's current manifest, llmName to entry), and the refusal is audited like any call.
-// Only requests of a session this grant owns are looked into; the SDK answers the others.
-func (s *Server) refuseScope(w http.ResponseWriter, r *http.Request, g *grant, sessionID string, body []byte) bool {
-	if g.access.Unrestricted() || sessionID == "" {
+// scope helps). It reports whether it answered. The name resolves against the page's current
+// manifest (llmName to entry; denied tools are in no session's listing), with or without a
+// session (a stateless request has none), and the refusal is audited like any call.
+func (s *Server) refuseScope(w http.ResponseWriter, r *http.Request, g *grant, body []byte) bool {
+	access := g.access()
+	if access.Unrestricted() {
 		return false
 	}
 	name, args, ok := toolsCallTarget(body)
 	if !ok {
 		return false
 	}
-	s.mu.Lock()
-	se := s.sessions[sessionID]
-	owned := se != nil && se.key == g.key
-	s.mu.Unlock()
-	if !owned {
-		return false
-	}
 	entry := s.resolveEntry(r.Context(), g, name)
 	if entry == nil {
 		return false // unknown or no page: tools/call answers that as a tool result
 	}
-	d := g.access.Check(entry)
+	d := access.Check(entry)
 	if d == bridge.Allowed {
 		return false
 	}

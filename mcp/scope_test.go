@@ -125,7 +125,7 @@ func TestScopes(t *testing.T) {
 // invalid (401), never "all tools".
 func TestScopeClaimInvalid(t *testing.T) {
 	h := newHarness(t, bridgeLimits())
-	for _, bad := range []any{[]string{"a b"}, 5, []any{1}} {
+	for _, bad := range []any{[]string{"a?"}, "notes.* a/b", 5, []any{1}} {
 		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/toolmark/mcp", strings.NewReader(`{}`))
 		req.Header.Set("Authorization", "Bearer "+token("secret1", map[string]any{"toolmark_tools": bad}))
 		res, err := http.DefaultClient.Do(req)

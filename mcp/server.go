@@ -223,7 +223,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, "Body over the size limit")
 			return
 		}
-		if s.refuseScope(w, r, g, sessionID, body) {
+		if s.refuseScope(w, r, g, body) {
 			return
 		}
 		if id, ok := toolsCallID(body); ok {
