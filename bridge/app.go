@@ -218,13 +218,12 @@ func (b *Bridge) handleInvoke(c echo.Context, app *config.App, body []byte, kind
 	return writeRaw(c, http.StatusOK, appendCallResponse(make([]byte, 0, 96+len(out.Result)), out.ID, out.Result, out.Hints))
 }
 
-// execute binds, broadcasts and waits for a call or describe of a tool the pipeline resolved
-// in manifest m. Errors are store failures; everything the agent should see as a tool outcome
-// is returned as a result.
+// execute binds, broadcasts (on channel, the conversation's) and waits for a call or describe
+// of a tool the pipeline resolved in manifest m. Errors are store failures; everything the
+// agent should see as a tool outcome is returned as a result.
 func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest, kind string,
-	m *Manifest, au *callAudit) (json.RawMessage, error) {
+	m *Manifest, channel string, au *callAudit) (json.RawMessage, error) {
 	key, timeout := au.key, req.Timeout
-	channel := Channel(key.User, key.Conversation)
 	// Valid by construction, so appended without re-validation: the id is a server UUID, the
 	// clientId was checked when the manifest arrived, the tool and input by decodeCallRequest
 	// (whose depth bound leaves room for the envelope).

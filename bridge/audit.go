@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -53,7 +52,7 @@ func (b *Bridge) auditCall(au *callAudit) {
 		slog.Int64("latency_ms", lat.Milliseconds()),
 	)
 	if au.kind == KindCall {
-		attrs = append(attrs, slog.Any("input_keys", inputKeys(au.input)))
+		attrs = append(attrs, slog.String("input_keys", inputKeys(au.input)))
 	}
 	if au.dryRun {
 		attrs = append(attrs, slog.Bool("dry_run", true))
@@ -64,28 +63,53 @@ func (b *Bridge) auditCall(au *callAudit) {
 	b.log.LogAttrs(context.Background(), slog.LevelInfo, "toolmark call", attrs...)
 }
 
-// inputKeys returns the top-level keys of an object input, in input order, credential-like
-// names redacted, at most maxAuditKeys (then "+N more") of at most maxAuditKeyLen bytes. Any
-// other input (null, an array, a string) has no keys: [].
-func inputKeys(input json.RawMessage) []string {
-	keys := []string{}
+// inputKeys returns the top-level keys of an object input, comma separated, in input order,
+// credential-like names redacted, at most maxAuditKeys (then "+N more") of at most
+// maxAuditKeyLen bytes; a ',' or '%' inside a key is written %2C or %25, so the list stays
+// unambiguous. Any other input (null, an array, a string) has no keys: "". One string is the
+// whole cost on the call's path (a []string attribute would cost one per key and more).
+func inputKeys(input json.RawMessage) string {
 	if kind(input) != 'o' {
-		return keys
+		return ""
 	}
-	n := 0
-	add := func(k string) {
+	var buf [512]byte
+	out, n := buf[:0], 0
+	add := func(k []byte) {
 		n++
-		if len(keys) < maxAuditKeys {
-			keys = append(keys, auditKey(k))
+		if n > maxAuditKeys {
+			return
+		}
+		if n > 1 {
+			out = append(out, ',')
+		}
+		if sensitiveKey(k) {
+			out = append(out, redacted...)
+			return
+		}
+		if len(k) > maxAuditKeyLen {
+			k = k[:maxAuditKeyLen]
+			for len(k) > 0 && !utf8.Valid(k) {
+				k = k[:len(k)-1]
+			}
+		}
+		for _, c := range k {
+			switch c {
+			case ',':
+				out = append(out, "%2C"...)
+			case '%':
+				out = append(out, "%25"...)
+			default:
+				out = append(out, c)
+			}
 		}
 	}
 	s := scanner{b: input}
-	if !s.members(func(k, _ []byte) bool { add(string(k)); return true }) {
+	if !s.members(func(k, _ []byte) bool { add(k); return true }) {
 		// An escaped key: the reference decoder (the input is valid JSON).
-		keys, n = keys[:0], 0
+		out, n = buf[:0], 0
 		var o map[string]json.RawMessage
 		if json.Unmarshal(input, &o) != nil {
-			return keys
+			return ""
 		}
 		names := make([]string, 0, len(o))
 		for k := range o {
@@ -93,27 +117,30 @@ func inputKeys(input json.RawMessage) []string {
 		}
 		sort.Strings(names)
 		for _, k := range names {
-			add(k)
+			add([]byte(k))
 		}
 	}
-	if n > len(keys) {
-		keys = append(keys, "+"+strconv.Itoa(n-len(keys))+" more")
+	if n > maxAuditKeys {
+		out = append(out, ",+"...)
+		out = strconv.AppendInt(out, int64(n-maxAuditKeys), 10)
+		out = append(out, " more"...)
 	}
-	return keys
+	return string(out)
 }
 
-func auditKey(k string) string {
-	lower := strings.ToLower(k)
+// sensitiveKey reports whether k contains one of sensitiveKeyParts, ASCII case-insensitively
+// (without allocating a lower-case copy).
+func sensitiveKey(k []byte) bool {
 	for _, part := range sensitiveKeyParts {
-		if strings.Contains(lower, part) {
-			return redacted
+		for i := 0; i+len(part) <= len(k); i++ {
+			j := 0
+			for j < len(part) && k[i+j]|0x20 == part[j] {
+				j++
+			}
+			if j == len(part) {
+				return true
+			}
 		}
 	}
-	if len(k) > maxAuditKeyLen {
-		k = k[:maxAuditKeyLen]
-		for len(k) > 0 && !utf8.ValidString(k) {
-			k = k[:len(k)-1]
-		}
-	}
-	return k
+	return false
 }

@@ -73,8 +73,7 @@ func (b *Bridge) invoke(ctx context.Context, app *config.App, req *callRequest, 
 		}
 	}
 	// Rate limit.
-	rateKey := key.App + "\x00" + key.User + "\x00" + key.Conversation
-	if !b.callRate.Take(rateKey) {
+	if !b.callRate.Take(key) {
 		au.status = "rate_limited"
 		b.auditCall(au)
 		return Outcome{ID: au.id, Status: au.status}, ErrRateLimited
@@ -85,7 +84,7 @@ func (b *Bridge) invoke(ctx context.Context, app *config.App, req *callRequest, 
 		return Outcome{ID: au.id, Result: dryRunResult(tool), Hints: tool.Hints, Status: StatusOK}, nil
 	}
 	if !b.flight.acquire(key) {
-		b.callRate.Refund(rateKey)
+		b.callRate.Refund(key)
 		au.status = "too_many_in_flight"
 		b.auditCall(au)
 		return Outcome{ID: au.id, Status: au.status}, ErrTooManyInFlight
@@ -94,7 +93,7 @@ func (b *Bridge) invoke(ctx context.Context, app *config.App, req *callRequest, 
 	// Execute.
 	b.met.flight(app.ID, 1)
 	defer b.met.flight(app.ID, -1)
-	result, err := b.execute(ctx, app, req, kind, m, au)
+	result, err := b.execute(ctx, app, req, kind, m, channel, au)
 	if err != nil {
 		return b.callStoreFailed(au, err)
 	}

@@ -197,14 +197,14 @@ describe('audit', () => {
     const api = lines.find((l) => l.call_id === r.body.id);
     assert.deepEqual(
       { surface: api.surface, app: api.app, user: api.user, subject: api.subject, tool: api.tool, status: api.status, keys: api.input_keys },
-      { surface: 'api', app: 'pl1', user: 'u1', subject: '', tool: 'notes.create', status: 'ok', keys: ['title', '[redacted]', '[redacted]', 'nested'] });
+      { surface: 'api', app: 'pl1', user: 'u1', subject: '', tool: 'notes.create', status: 'ok', keys: 'title,[redacted],[redacted],nested' });
     assert.equal(typeof api.latency_ms, 'number');
     const mcp = lines.filter((l) => l.surface === 'mcp');
     assert.deepEqual(mcp.map((l) => [l.subject, l.tool, l.status, l.input_keys]), [
-      ['u1', 'notes.create', 'ok', ['title', '[redacted]', '[redacted]', 'nested', '[redacted]']],
-      ['u1', 'notes.list', 'dry_run', ['title', '[redacted]']],
+      ['u1', 'notes.create', 'ok', 'title,[redacted],[redacted],nested,[redacted]'],
+      ['u1', 'notes.list', 'dry_run', 'title,[redacted]'],
     ]);
     const refused = lines.find((l) => l.call_id === forbidden.body.id);
-    assert.deepEqual([refused.status, refused.reason, refused.input_keys], ['refused', 'forbidden', ['title', '[redacted]']]);
+    assert.deepEqual([refused.status, refused.reason, refused.input_keys], ['refused', 'forbidden', 'title,[redacted]']);
   });
 });
