@@ -260,7 +260,7 @@ func TestInputKeys(t *testing.T) {
 		{`{}`, ""},
 		{`{"b":1,"a":{"x":2}}`, "b,a"},
 		{`{"MyKey":1,"monkey":2,"ok":3,"PassWord":4}`, "[redacted],[redacted],ok,[redacted]"}, // "key" anywhere, any case
-		{`{"\u0070assword":1,"z":2}`, "[redacted],z"},                                     // escaped: decoded first
+		{`{"\u0070assword":1,"z":2}`, "[redacted],z"},                                         // escaped: decoded first
 		{`{"a,b":1,"100%":2}`, "a%2Cb,100%25"},
 		{`{"` + long + `":1}`, long[:maxAuditKeyLen]},
 	} {
