@@ -30,6 +30,7 @@ func TestValidationErrors(t *testing.T) {
 		{"enum is case-sensitive", minimal + "    accept_client_events_from: Members\n", "apps[0].accept_client_events_from"},
 		{"origin glob in the middle", minimal + "    allowed_origins: [\"app-*.example.com\"]\n", "apps[0].allowed_origins[0]: origin pattern"},
 		{"bad page_auth", minimal + "    toolmark: {page_auth: none}\n", "apps[0].toolmark.page_auth: must be one of token, socket_id"},
+		{"bad validate", minimal + "    toolmark: {validate: always}\n", "apps[0].toolmark.validate: must be one of known, describe_first, off"},
 		{"negative max_connections", minimal + "    max_connections: -1\n", "apps[0].max_connections: must be >= 0"},
 		{"negative max_message_size", minimal + "    max_message_size: -1\n", "apps[0].max_message_size: must be > 0"},
 		{"negative rate limit", minimal + "    client_event_rate_limit: -1\n", "apps[0].client_event_rate_limit: must be >= 0"},
