@@ -46,11 +46,11 @@ func (s *Server) refuseScope(w http.ResponseWriter, r *http.Request, g *grant, b
 	}
 	s.br.AuditRefusal(g.key, entry.Name, bridge.KindCall, bridge.SurfaceMCP, g.subject(), bridge.StatusRefused,
 		"insufficient_scope", args)
+	// Exactly the issue's challenge; the reason is in the body.
 	challenge := `Bearer error="insufficient_scope"`
 	if d == bridge.DeniedScope {
 		challenge += `, scope="` + bridge.ScopeWrite + `"`
 	}
-	challenge += `, error_description="` + d.Message(entry.Name) + `"`
 	w.Header().Set("WWW-Authenticate", challenge)
 	writeError(w, http.StatusForbidden, d.Message(entry.Name))
 	return true

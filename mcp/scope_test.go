@@ -74,13 +74,13 @@ func TestScopes(t *testing.T) {
 		challenge string
 	}{
 		{"read scope", map[string]any{"scope": "openid toolmark:read"}, "inbox__read", "notes__create",
-			`Bearer error="insufficient_scope", scope="toolmark:write", error_description="Tool notes.create is not read-only: it needs the toolmark:write scope"`},
+			`Bearer error="insufficient_scope", scope="toolmark:write"`},
 		{"write scope", map[string]any{"scope": "toolmark:write"}, "notes__create,inbox__read", "", ""},
 		{"no scope claim", nil, "notes__create,inbox__read", "", ""},
 		{"tool globs", map[string]any{"toolmark_tools": []string{"inbox.*"}}, "inbox__read", "notes__create",
-			`Bearer error="insufficient_scope", error_description="Tool notes.create is not in the caller's allowed tools"`},
+			`Bearer error="insufficient_scope"`},
 		{"tool globs as a string", map[string]any{"toolmark_tools": "notes.* other"}, "notes__create", "inbox__read",
-			`Bearer error="insufficient_scope", error_description="Tool inbox.read is not in the caller's allowed tools"`},
+			`Bearer error="insufficient_scope"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, bridgeLimits())
