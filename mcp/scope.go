@@ -59,7 +59,7 @@ func (s *Server) refuseScope(w http.ResponseWriter, r *http.Request, g *grant, b
 // resolveEntry returns the manifest entry an MCP tool name (llmName) calls in the
 // conversation's current manifest, ignoring the grant's access; nil when none.
 func (s *Server) resolveEntry(ctx context.Context, g *grant, name string) *bridge.Tool {
-	m, err := s.br.PageManifest(ctx, g.key)
+	m, err := s.currentManifest(ctx, g) // a following grant: the user's latest page
 	if err != nil || m == nil {
 		return nil
 	}

@@ -36,14 +36,17 @@ func (r *recorder) last() (int, string) {
 	return r.code, r.www
 }
 
-// scopedClient connects with tok through a recorder.
-func (h *harness) scopedClient(t *testing.T, tok string) (*sdk.ClientSession, *recorder) {
+// scopedClient connects with tok at protocol version ("" = the SDK's choice) through a recorder.
+func (h *harness) scopedClient(t *testing.T, tok, version string) (*sdk.ClientSession, *recorder) {
 	rec := &recorder{base: bearer{tok, http.DefaultTransport}}
 	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: h.srv.URL + "/toolmark/mcp",
-		HTTPClient: &http.Client{Transport: rec}, DisableStandaloneSSE: true}, nil)
+		HTTPClient: &http.Client{Transport: rec}, DisableStandaloneSSE: true}, &sdk.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("connect: %v", err)
+	}
+	if version != "" && cs.InitializeResult().ProtocolVersion != version {
+		t.Fatalf("negotiated %s, want %s", cs.InitializeResult().ProtocolVersion, version)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs, rec
@@ -64,8 +67,15 @@ func listedNames(t *testing.T, cs *sdk.ClientSession) []string {
 
 // TestScopes: a token's scope and toolmark_tools decide what tools/list shows and what
 // tools/call may call; a call outside them is answered HTTP 403 with the step-up challenge
-// (scope="toolmark:write" when that scope would allow it) and never reaches the page.
+// (scope="toolmark:write" when that scope would allow it) and never reaches the page. At
+// 2025-11-25 (sessions) and 2026-07-28 (stateless requests).
 func TestScopes(t *testing.T) {
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) { testScopes(t, version) })
+	}
+}
+
+func testScopes(t *testing.T, version string) {
 	for _, tc := range []struct {
 		name      string
 		claims    map[string]any
@@ -86,7 +96,7 @@ func TestScopes(t *testing.T) {
 			h := newHarness(t, bridgeLimits())
 			h.page.setAnswer(standardPage)
 			h.openPage("c1", "p1", 1, testTools)
-			cs, rec := h.scopedClient(t, token("secret1", tc.claims))
+			cs, rec := h.scopedClient(t, token("secret1", tc.claims), version)
 			if got := strings.Join(listedNames(t, cs), ","); got != tc.listed {
 				t.Fatalf("listed %q, want %q", got, tc.listed)
 			}
@@ -145,7 +155,7 @@ func TestDryRunAndValidation(t *testing.T) {
 	h := newHarness(t, bridgeLimits())
 	h.page.setAnswer(standardPage)
 	h.openPage("c1", "p1", 1, testTools)
-	cs, _ := h.scopedClient(t, token("secret1", nil))
+	cs, _ := h.scopedClient(t, token("secret1", nil), "")
 	listedNames(t, cs) // describes: the schemas are known from here on
 	ctx := context.Background()
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__create", Arguments: map[string]any{"title": "x"},
