@@ -10,7 +10,7 @@ const { sdk } = require('../lib/clients');
 const { startAuthApp } = require('../lib/authapp');
 const { cleanup, uid, quiet } = require('../lib/util');
 const { agent, toolmarkChannelPolicy, openPage } = require('../lib/toolmark');
-const { tokenFor, mcpConnect, mcpRaw, respond, until } = require('../lib/mcp');
+const { tokenFor, mcpConnect, mcpRaw, respond, until, PUBLIC_URL } = require('../lib/mcp');
 
 const TOOLS = [
   { name: 'notes.create', llmName: 'notes__create', description: 'Create a note', hints: { consequential: true } },
@@ -28,7 +28,8 @@ before(async () => {
   APP = app('pl1'); // validate: the default (known)
   APP_DF = app('pl2', 'describe_first');
   APP_OFF = app('pl3', 'off');
-  server = await startServer({ apps: [APP, APP_DF, APP_OFF] });
+  // Tokens name {public_url}/toolmark/mcp in aud (lib/mcp.js tokenFor).
+  server = await startServer({ apps: [APP, APP_DF, APP_OFF], server: { public_url: PUBLIC_URL } });
   authApp = await startAuthApp({ sdk: sdk(server, APP), users, deny: toolmarkChannelPolicy });
 });
 after(async () => {
