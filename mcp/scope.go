@@ -44,7 +44,11 @@ func (s *Server) refuseScope(w http.ResponseWriter, r *http.Request, g *grant, b
 	if d == bridge.Allowed {
 		return false
 	}
-	s.br.AuditRefusal(g.key, entry.Name, bridge.KindCall, bridge.SurfaceMCP, g.subject(), bridge.StatusRefused,
+	key := g.key
+	if rg, ok := s.resolve(g); ok {
+		key = rg.key // a following grant: the page it follows
+	}
+	s.br.AuditRefusal(key, entry.Name, bridge.KindCall, bridge.SurfaceMCP, g.subject(), bridge.StatusRefused,
 		"insufficient_scope", args)
 	// Exactly the issue's challenge; the reason is in the body.
 	challenge := `Bearer error="insufficient_scope"`
