@@ -131,6 +131,7 @@ func maxValidated(app *config.App) int {
 
 // inputSchema returns the compiled input schema of the call's tool in manifest m, or nil when
 // it is unknown or not validated. With describe_first an unknown schema is described first
+// (not for a dry run, which validates only against a schema already known)
 // (through this pipeline: the same caller, rate limit and audit); a describe that fails
 // leaves the call unvalidated, and the page validates it as before.
 func (b *Bridge) inputSchema(ctx context.Context, app *config.App, req *callRequest, m *Manifest, key ConvKey) *inputSchema {
@@ -139,8 +140,8 @@ func (b *Bridge) inputSchema(ctx context.Context, app *config.App, req *callRequ
 		return nil
 	}
 	s, ok := b.schemas.get(key, m.ClientID, m.Rev, req.Tool)
-	if ok || mode != ValidateDescribeFirst {
-		return s
+	if ok || mode != ValidateDescribeFirst || req.DryRun {
+		return s // a dry run never reaches the page, not even to describe
 	}
 	d := &callRequest{UserID: req.UserID, ConversationID: req.ConversationID, Tool: req.Tool,
 		Input: nullInput, Timeout: min(req.Timeout, describeFirstTimeout), Access: req.Access,

@@ -225,6 +225,17 @@ func TestPipelineDryRun(t *testing.T) {
 	}
 }
 
+// TestPipelineDryRunDescribesNothing: under describe_first a dry run of a tool not described
+// yet still never reaches the page: it validates only against a schema already known.
+func TestPipelineDryRunDescribesNothing(t *testing.T) {
+	h := pipelineHarness(t, config.ValidateDescribeFirst, nil)
+	r := recv(t, h.startCall(context.Background(), "calls",
+		`{"user_id":"u1","conversation_id":"c1","tool":"notes.create","input":{"title":5},"dry_run":true}`))
+	if res := resultOf(t, r); res["status"] != "ok" || len(h.pub.all()) != 0 {
+		t.Fatalf("dry run: %s, %d messages to the page", r.Raw, len(h.pub.all()))
+	}
+}
+
 // TestPipelineAuditKeys: the audit line names the input's top-level keys, credential-like
 // ones redacted, and never a value.
 func TestPipelineAuditKeys(t *testing.T) {
