@@ -51,6 +51,7 @@ type Registry struct {
 	// remoteCache, when set, is the cluster's cache (see LastEvent in cache.go).
 	remoteCache CacheReader
 	sent        deliveryStats // broadcast fan-out counters (stats.go)
+	ann         announced     // what local presence subscribers were told (announced.go)
 }
 
 // Options wires the seams; nil Broker or Presence selects the in-memory one. Occupancy,
@@ -203,6 +204,7 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 			delete(s.channels, k)
 		}
 		s.mu.Unlock()
+		r.dropAnnounced(k)
 	}
 	if removed && !IsInternal(name) {
 		if r.occ != nil {
@@ -297,6 +299,7 @@ func (r *Registry) DeliverLocal(m Message) int {
 	if ch == nil {
 		return 0
 	}
+	r.noteAnnounced(m)
 	n := 0
 	ch.mu.RLock()
 	if ch.deflating > 0 {

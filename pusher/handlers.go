@@ -243,6 +243,7 @@ func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Me
 	if members, err = s.reg.Presence().Members(ctx, cfg.ID, name); err != nil {
 		members = []channels.Member{m}
 	}
+	s.reg.SeedAnnounced(cfg.ID, name, members, cfg.MaxPresenceMembers) // presence_reconcile.go
 	frames := [][]byte{subscribedFrame(name, presencePayload(members))}
 	if channels.KindOf(name).IsCache() {
 		frames = append(frames, c.cacheReplay(name))

@@ -89,6 +89,8 @@ type Server struct {
 	wg       sync.WaitGroup
 	active   sync.WaitGroup // live connections, for shutdown
 	activeMu sync.Mutex     // orders active.Add against Shutdown setting draining
+
+	reconcile presenceReconcile // presence_reconcile.go
 }
 
 // NewServer builds a server over a validated config.
@@ -127,6 +129,7 @@ func NewServer(opts Options) *Server {
 		CoalesceWindow: s.cfg.Server.WriteCoalesce(), Compression: wsCompression(s.cfg.Server.Compression)})
 	s.wg.Add(1)
 	go s.sweepLoop()
+	s.startPresenceReconcile()
 	s.watch = newWatchlist(s)
 	return s
 }

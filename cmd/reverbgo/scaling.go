@@ -172,6 +172,9 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 		return out
 	})
 	c.broker.Start(reg.DeliverLocal)
+	// Redis trouble seen by the heartbeat (a rejoin, a gap) makes the server reconcile what
+	// its presence subscribers were told (pusher/presence_reconcile.go).
+	c.nodes.Track(channels.NodeState{Tick: func(_ context.Context, rejoined bool) error { srv.PresenceHeartbeat(rejoined); return nil }})
 	c.nodes.Start()
 }
 

@@ -1,0 +1,196 @@
+package channels
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+)
+
+// The announced sets: per local presence channel, the user ids this node's subscribers were
+// told are members (the subscription_succeeded list, then every member_added / member_removed
+// frame delivered locally, whichever node published it). Pub/sub has no replay, so member
+// events published while this node's Redis subscription was down are lost for its sockets;
+// after such trouble the server compares each set with the presence store (AnnouncedDiff) and
+// delivers the missing events to its local sockets only (pusher/presence_reconcile.go).
+// A set exists only while its channel has a local subscriber and holds at most its app's
+// max_presence_members ids. Only frames of presence channels whose bytes start with a
+// member event are decoded; every other frame costs one prefix check.
+
+type announcedSet struct {
+	ids map[string]struct{}
+	max int // 0 = no bound
+}
+
+type announced struct {
+	mu   sync.Mutex
+	sets map[key]*announcedSet
+}
+
+// AnnouncedMember pairs an app and a presence channel with an announced set.
+type AnnouncedMember struct{ App, Channel string }
+
+// SeedAnnounced records the members sent to a local subscriber in subscription_succeeded.
+// With a set already there (other local subscribers), the ids are added to it: the set is
+// what any local subscriber may believe. max bounds the set (max_presence_members, 0 = none).
+func (r *Registry) SeedAnnounced(app, name string, members []Member, max int) {
+	a := &r.ann
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sets == nil {
+		a.sets = make(map[key]*announcedSet)
+	}
+	k := key{app, name}
+	s := a.sets[k]
+	if s == nil {
+		s = &announcedSet{ids: make(map[string]struct{}, len(members)), max: max}
+		a.sets[k] = s
+	}
+	s.max = max
+	for _, m := range members {
+		s.add(m.UserID)
+	}
+}
+
+func (s *announcedSet) add(id string) {
+	if _, ok := s.ids[id]; ok {
+		return
+	}
+	if s.max > 0 && len(s.ids) >= s.max {
+		return
+	}
+	s.ids[id] = struct{}{}
+}
+
+// dropAnnounced forgets a channel's set (its last local subscriber left).
+func (r *Registry) dropAnnounced(k key) {
+	a := &r.ann
+	a.mu.Lock()
+	delete(a.sets, k)
+	a.mu.Unlock()
+}
+
+var (
+	memberEventPrefix = []byte(`{"event":"pusher_internal:member_`)
+	memberAddedName   = []byte(`added"`)
+	memberRemovedName = []byte(`removed"`)
+)
+
+// frameText returns the payload of an unmasked server text frame (ws.AppendFrame), or nil.
+func frameText(f []byte) []byte {
+	if len(f) < 2 {
+		return nil
+	}
+	switch n := f[1] & 0x7f; {
+	case n < 126:
+		return f[2:]
+	case n == 126 && len(f) >= 4:
+		return f[4:]
+	case n == 127 && len(f) >= 10:
+		return f[10:]
+	}
+	return nil
+}
+
+// noteAnnounced updates the channel's announced set with a member event delivered locally.
+func (r *Registry) noteAnnounced(m Message) {
+	if !KindOf(m.Channel).IsPresence() {
+		return
+	}
+	p := frameText(m.Frame)
+	if !bytes.HasPrefix(p, memberEventPrefix) {
+		return
+	}
+	rest := p[len(memberEventPrefix):]
+	added := bytes.HasPrefix(rest, memberAddedName)
+	if !added && !bytes.HasPrefix(rest, memberRemovedName) {
+		return
+	}
+	a := &r.ann
+	a.mu.Lock()
+	s := a.sets[key{m.AppID, m.Channel}]
+	a.mu.Unlock()
+	if s == nil {
+		return
+	}
+	id, ok := memberEventUser(p)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	if a.sets[key{m.AppID, m.Channel}] == s {
+		if added {
+			s.add(id)
+		} else {
+			delete(s.ids, id)
+		}
+	}
+	a.mu.Unlock()
+}
+
+// memberEventUser decodes the user_id of a member_added / member_removed event.
+func memberEventUser(payload []byte) (string, bool) {
+	var ev struct {
+		Data string `json:"data"`
+	}
+	if json.Unmarshal(payload, &ev) != nil {
+		return "", false
+	}
+	var d struct {
+		UserID json.RawMessage `json:"user_id"`
+	}
+	if json.Unmarshal([]byte(ev.Data), &d) != nil || len(d.UserID) == 0 {
+		return "", false
+	}
+	var id string
+	if json.Unmarshal(d.UserID, &id) == nil {
+		return id, true
+	}
+	return string(d.UserID), true // a numeric id, as userIDString keeps it
+}
+
+// AnnouncedChannels lists the channels with an announced set, dropping the sets of channels
+// left without a local subscriber.
+func (r *Registry) AnnouncedChannels() []AnnouncedMember {
+	a := &r.ann
+	a.mu.Lock()
+	ks := make([]key, 0, len(a.sets))
+	for k := range a.sets {
+		ks = append(ks, k)
+	}
+	a.mu.Unlock()
+	out := make([]AnnouncedMember, 0, len(ks))
+	for _, k := range ks {
+		if r.SubscriptionCount(k.app, k.name) == 0 {
+			r.dropAnnounced(k)
+			continue
+		}
+		out = append(out, AnnouncedMember{App: k.app, Channel: k.name})
+	}
+	return out
+}
+
+// AnnouncedDiff compares a channel's announced set with the cluster's members: gone are
+// announced ids not among them, missing the members never announced. ok is false when the
+// channel has no set.
+func (r *Registry) AnnouncedDiff(app, name string, truth []Member) (gone []string, missing []Member, ok bool) {
+	a := &r.ann
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.sets[key{app, name}]
+	if s == nil {
+		return nil, nil, false
+	}
+	in := make(map[string]struct{}, len(truth))
+	for _, m := range truth {
+		in[m.UserID] = struct{}{}
+		if _, ok := s.ids[m.UserID]; !ok {
+			missing = append(missing, m)
+		}
+	}
+	for id := range s.ids {
+		if _, ok := in[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	return gone, missing, true
+}

@@ -1,0 +1,151 @@
+package pusher
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/reverbgo/reverbgo/channels"
+)
+
+// Presence reconcile. Member events cross nodes over Redis pub/sub, which has no replay: while
+// this node's Redis connection is down, and until it has subscribed again, the
+// member_added / member_removed events other nodes publish never reach its sockets, which
+// then keep ghost members and miss new ones for good. So after trouble (Health reported
+// Redis unreachable, the node registry's heartbeat had to rejoin, or heartbeats stopped for a
+// while) and two quiet heartbeat intervals (node_timeout/10 each: the other nodes have
+// rejoined and retried their leaves meanwhile), the node reads every local presence
+// channel's members from the store and tells its own subscribers only what they missed,
+// against what they were told (the registry's announced sets, channels/announced.go). A
+// failed pass is retried on the next interval. It runs on one goroutine of the node, each
+// pass bounded by a deadline; delivering only queues frames, so no socket ever waits.
+
+// presenceQuietIntervals is how many healthy intervals a reconcile waits for after trouble.
+const presenceQuietIntervals = 2
+
+type presenceReconcile struct {
+	interval time.Duration
+
+	mu       sync.Mutex
+	troubled bool
+	quiet    int       // healthy intervals since the last trouble
+	lastBeat time.Time // the node registry's last successful heartbeat (PresenceHeartbeat)
+	// off disables the reconcile (tests prove the fault without it).
+	off bool
+}
+
+// startPresenceReconcile starts the reconcile loop of a clustered node (Health set).
+func (s *Server) startPresenceReconcile() {
+	if s.health == nil {
+		return
+	}
+	secs := s.cfg.Scaling.NodeTimeout
+	if secs <= 0 {
+		secs = 10
+	}
+	s.reconcile.interval = time.Duration(secs) * time.Second / 10
+	s.wg.Add(1)
+	go s.presenceReconcileLoop()
+}
+
+// PresenceTrouble tells the node that its Redis view may have missed member events; a
+// reconcile follows two quiet intervals later.
+func (s *Server) PresenceTrouble() {
+	r := &s.reconcile
+	r.mu.Lock()
+	r.troubled, r.quiet = true, 0
+	r.mu.Unlock()
+}
+
+// PresenceHeartbeat is called on every successful node-registry heartbeat (a NodeState's
+// Tick): a rejoin (the registry had lost this node, e.g. Redis restarted empty) or a gap of
+// more than two intervals since the previous one (heartbeats failed) is trouble.
+func (s *Server) PresenceHeartbeat(rejoined bool) {
+	r := &s.reconcile
+	now := time.Now()
+	r.mu.Lock()
+	gap := !r.lastBeat.IsZero() && r.interval > 0 && now.Sub(r.lastBeat) > 2*r.interval+r.interval/2
+	r.lastBeat = now
+	if rejoined || gap {
+		r.troubled, r.quiet = true, 0
+	}
+	r.mu.Unlock()
+}
+
+func (s *Server) presenceReconcileLoop() {
+	defer s.wg.Done()
+	r := &s.reconcile
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(r.interval, time.Second))
+		healthy := len(s.health(ctx)) == 0
+		cancel()
+		r.mu.Lock()
+		due := false
+		if !healthy {
+			r.troubled, r.quiet = true, 0
+		} else if r.troubled {
+			r.quiet++
+			due = r.quiet >= presenceQuietIntervals && !r.off
+		}
+		r.mu.Unlock()
+		if !due {
+			continue
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), max(5*r.interval, 2*time.Second))
+		err := s.reconcilePresence(ctx)
+		cancel()
+		r.mu.Lock()
+		if err == nil && r.quiet >= presenceQuietIntervals { // no new trouble meanwhile
+			r.troubled, r.quiet = false, 0
+		}
+		r.mu.Unlock()
+		if err != nil {
+			s.log.Warn("presence reconcile failed; retrying on the next heartbeat", "error", err)
+		}
+	}
+}
+
+// reconcilePresence corrects every local presence channel's subscribers against the
+// presence store; the first error stops the pass (the caller retries all of it).
+func (s *Server) reconcilePresence(ctx context.Context) error {
+	fixed := 0
+	for _, ch := range s.reg.AnnouncedChannels() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		truth, err := s.reg.Presence().Members(ctx, ch.App, ch.Channel)
+		if err != nil {
+			return err
+		}
+		gone, missing, ok := s.reg.AnnouncedDiff(ch.App, ch.Channel, truth)
+		if !ok {
+			continue
+		}
+		for _, id := range gone {
+			data := `{"user_id":` + string(appendJSONString(nil, id)) + `}`
+			s.reg.DeliverLocal(channels.Message{AppID: ch.App, Channel: ch.Channel,
+				Frame: EventFrame("pusher_internal:member_removed", ch.Channel, data)})
+		}
+		for _, m := range missing {
+			info := m.Info
+			if len(info) == 0 {
+				info = []byte("{}")
+			}
+			data := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(info) + `}`
+			s.reg.DeliverLocal(channels.Message{AppID: ch.App, Channel: ch.Channel,
+				Frame: EventFrame("pusher_internal:member_added", ch.Channel, data)})
+		}
+		fixed += len(gone) + len(missing)
+	}
+	if fixed > 0 {
+		s.log.Info("presence reconciled after redis trouble", "events", fixed)
+	}
+	return nil
+}
