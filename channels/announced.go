@@ -12,13 +12,18 @@ import (
 // events published while this node's Redis subscription was down are lost for its sockets;
 // after such trouble the server compares each set with the presence store (AnnouncedDiff) and
 // delivers the missing events to its local sockets only (pusher/presence_reconcile.go).
-// A set exists only while its channel has a local subscriber and holds at most its app's
-// max_presence_members ids. Only frames of presence channels whose bytes start with a
+// A set keeps the ids any local subscriber was told of and those every one was (see
+// announcedSet); it exists only while its channel has a local subscriber and holds at most
+// its app's max_presence_members ids. Only frames of presence channels whose bytes start with a
 // member event are decoded; every other frame costs one prefix check.
 
+// announcedSet is one channel's: any holds the ids some local subscriber was told (a
+// ghost is looked for there: a member_removed for a user a client does not list is a
+// no-op), all the ids every local subscriber was told (a missed member is looked for
+// there: a subscriber that joined later seeds with a list the older ones may lack).
 type announcedSet struct {
-	ids map[string]struct{}
-	max int // 0 = no bound
+	any, all map[string]struct{}
+	max      int // 0 = no bound
 }
 
 type announced struct {
@@ -30,8 +35,7 @@ type announced struct {
 type AnnouncedMember struct{ App, Channel string }
 
 // SeedAnnounced records the members sent to a local subscriber in subscription_succeeded.
-// With a set already there (other local subscribers), the ids are added to it: the set is
-// what any local subscriber may believe. max bounds the set (max_presence_members, 0 = none).
+// max bounds the set (max_presence_members, 0 = none).
 func (r *Registry) SeedAnnounced(app, name string, members []Member, max int) {
 	a := &r.ann
 	a.mu.Lock()
@@ -42,23 +46,42 @@ func (r *Registry) SeedAnnounced(app, name string, members []Member, max int) {
 	k := key{app, name}
 	s := a.sets[k]
 	if s == nil {
-		s = &announcedSet{ids: make(map[string]struct{}, len(members)), max: max}
+		s = &announcedSet{any: make(map[string]struct{}, len(members)), all: make(map[string]struct{}, len(members)), max: max}
 		a.sets[k] = s
+		for _, m := range members {
+			s.add(m.UserID)
+		}
+		return
 	}
 	s.max = max
+	told := make(map[string]struct{}, len(members))
 	for _, m := range members {
-		s.add(m.UserID)
+		told[m.UserID] = struct{}{}
+		if _, ok := s.any[m.UserID]; !ok && (s.max <= 0 || len(s.any) < s.max) {
+			s.any[m.UserID] = struct{}{}
+		}
+	}
+	for id := range s.all {
+		if _, ok := told[id]; !ok {
+			delete(s.all, id)
+		}
 	}
 }
 
+// add records a member every local subscriber was told about.
 func (s *announcedSet) add(id string) {
-	if _, ok := s.ids[id]; ok {
-		return
+	if _, ok := s.any[id]; !ok {
+		if s.max > 0 && len(s.any) >= s.max {
+			return
+		}
+		s.any[id] = struct{}{}
 	}
-	if s.max > 0 && len(s.ids) >= s.max {
-		return
-	}
-	s.ids[id] = struct{}{}
+	s.all[id] = struct{}{}
+}
+
+func (s *announcedSet) remove(id string) {
+	delete(s.any, id)
+	delete(s.all, id)
 }
 
 // dropAnnounced forgets a channel's set (its last local subscriber left).
@@ -121,7 +144,7 @@ func (r *Registry) noteAnnounced(m Message) {
 		if added {
 			s.add(id)
 		} else {
-			delete(s.ids, id)
+			s.remove(id)
 		}
 	}
 	a.mu.Unlock()
@@ -170,8 +193,10 @@ func (r *Registry) AnnouncedChannels() []AnnouncedMember {
 }
 
 // AnnouncedDiff compares a channel's announced set with the cluster's members: gone are
-// announced ids not among them, missing the members never announced. ok is false when the
-// channel has no set.
+// ids some local subscriber was told of that are not among them, missing the members not
+// every local subscriber was told of (a subscriber that has one already gets a repeated
+// member_added: pusher-js updates the member and emits pusher:member_added again). ok is false when the channel
+// has no set.
 func (r *Registry) AnnouncedDiff(app, name string, truth []Member) (gone []string, missing []Member, ok bool) {
 	a := &r.ann
 	a.mu.Lock()
@@ -183,11 +208,11 @@ func (r *Registry) AnnouncedDiff(app, name string, truth []Member) (gone []strin
 	in := make(map[string]struct{}, len(truth))
 	for _, m := range truth {
 		in[m.UserID] = struct{}{}
-		if _, ok := s.ids[m.UserID]; !ok {
+		if _, ok := s.all[m.UserID]; !ok {
 			missing = append(missing, m)
 		}
 	}
-	for id := range s.ids {
+	for id := range s.any {
 		if _, ok := in[id]; !ok {
 			gone = append(gone, id)
 		}

@@ -68,6 +68,29 @@ func TestAnnouncedSets(t *testing.T) {
 	}
 }
 
+// TestAnnouncedLaterSubscriber: a subscriber joining later is told of a member an older one
+// missed; the member still counts as missing (not every subscriber was told), and a member
+// only the older one holds (a ghost) still counts as gone.
+func TestAnnouncedLaterSubscriber(t *testing.T) {
+	const app, room = "1", "presence-a"
+	r := NewRegistry(Options{})
+	r.Subscribe(app, room, nopSub{"old"})
+	r.SeedAnnounced(app, room, []Member{{UserID: "u1"}, {UserID: "ghost"}}, 0)
+	r.Subscribe(app, room, nopSub{"new"})
+	r.SeedAnnounced(app, room, []Member{{UserID: "u1"}, {UserID: "missed"}}, 0)
+	gone, missing, _ := r.AnnouncedDiff(app, room, []Member{{UserID: "u1"}, {UserID: "missed"}})
+	if !slices.Equal(gone, []string{"ghost"}) || len(missing) != 1 || missing[0].UserID != "missed" {
+		t.Fatalf("gone %v missing %v", gone, missing)
+	}
+	// The corrections, delivered locally, settle the set on the truth.
+	r.DeliverLocal(Message{AppID: app, Channel: room, Frame: memberFrame("member_removed", room, "ghost")})
+	r.DeliverLocal(Message{AppID: app, Channel: room, Frame: memberFrame("member_added", room, "missed")})
+	gone, missing, _ = r.AnnouncedDiff(app, room, []Member{{UserID: "u1"}, {UserID: "missed"}})
+	if len(gone)+len(missing) != 0 {
+		t.Fatalf("after corrections: gone %v missing %v", gone, missing)
+	}
+}
+
 // FuzzNoteAnnounced: any frame on a presence channel is either a member event or ignored,
 // never a panic.
 func FuzzNoteAnnounced(f *testing.F) {
