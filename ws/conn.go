@@ -66,7 +66,7 @@ type Conn struct {
 	barriers     []*Barrier  // open barriers and released ones behind an open one
 	queuedBytes  int         // bytes in queue
 	heldBytes    int         // bytes held by barriers
-	writingBytes int         // bytes a writer has taken and not yet written (in flight)
+	writingBytes int         // bytes a blocking writer has taken and not yet written (in flight)
 	maxBytes     int
 	flushed      chan struct{} // closed on entering stateClosed (close frame sent or aborted)
 
@@ -218,14 +218,12 @@ func (c *Conn) doKick(k kick) {
 	}
 }
 
-// takeBatchLocked hands the whole queue to a writer; its bytes stay counted against the
-// bound (writingBytes) until the writer has written them.
-func (c *Conn) takeBatchLocked() net.Buffers {
-	batch := c.queue
+// takeBatchLocked hands the whole queue to a writer and returns its size in bytes.
+func (c *Conn) takeBatchLocked() (net.Buffers, int) {
+	batch, n := c.queue, c.queuedBytes
 	c.queue, c.spare = c.spare[:0], nil
-	c.writingBytes = c.queuedBytes
 	c.queuedBytes = 0
-	return batch
+	return batch, n
 }
 
 // recycleLocked keeps a written batch's backing array for the next one.
@@ -262,7 +260,9 @@ func (c *Conn) flush(f *flusher) {
 		}
 		return
 	}
-	batch := c.takeBatchLocked()
+	// The batch leaves the count while the non-blocking writev runs (it takes what the
+	// socket has room for at once); what it leaves goes to the slow path and counts again.
+	batch, _ := c.takeBatchLocked()
 	c.writer = writerBusy
 	c.mu.Unlock()
 
@@ -307,11 +307,7 @@ func (c *Conn) flush(f *flusher) {
 func (c *Conn) writeLoop(first net.Buffers) {
 	if len(first) > 0 {
 		_ = c.netConn.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := first.WriteTo(c.netConn)
-		c.mu.Lock()
-		c.writingBytes = 0
-		c.mu.Unlock()
-		if err != nil {
+		if err := c.writeBatch(first); err != nil {
 			c.abort(CauseWriteError)
 			return
 		}
@@ -333,26 +329,48 @@ func (c *Conn) writeLoop(first net.Buffers) {
 			}
 			return
 		}
-		batch := c.takeBatchLocked()
+		// A blocking write may take as long as the peer likes: its batch stays counted
+		// against the bound (writingBytes) until written, frame by frame.
+		batch, n := c.takeBatchLocked()
+		c.writingBytes = n
 		c.mu.Unlock()
 
 		if c.fl != nil {
 			c.fl.stats.blocking.Add(1)
 			c.fl.stats.blockingFrames.Add(uint64(len(batch)))
 		}
-		orig := batch // WriteTo consumes batch; orig keeps the backing array for reuse
 		_ = c.netConn.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := batch.WriteTo(c.netConn)
-		clear(orig) // drop references so shared frames can be freed
+		err := c.writeBatch(batch) // drops its references, so shared frames can be freed
 		c.mu.Lock()
-		c.recycleLocked(orig)
-		c.writingBytes = 0
+		c.recycleLocked(batch)
 		c.mu.Unlock()
 		if err != nil {
 			c.abort(CauseWriteError)
 			return
 		}
 	}
+}
+
+// writeBatch is the slow path's blocking write of a batch, a frame at a time: each frame's
+// bytes leave the in-flight count as soon as they are written, so the bound holds what is
+// still to be written, no more (a peer that reads slowly is not cut for what it took).
+// (net.Buffers.WriteTo writes a TLS or fast-path connection a frame at a time too.)
+func (c *Conn) writeBatch(bufs net.Buffers) error {
+	var err error
+	for i, b := range bufs {
+		var n int
+		if err == nil {
+			n, err = c.netConn.Write(b)
+		}
+		bufs[i] = nil
+		c.mu.Lock()
+		c.writingBytes -= n
+		if err != nil || i == len(bufs)-1 {
+			c.writingBytes = 0
+		}
+		c.mu.Unlock()
+	}
+	return err
 }
 
 // Close ends the connection with a close handshake: last (pre-framed bytes, the
