@@ -7,10 +7,12 @@
 // stayed for good: presence hashes have no TTL and no survivor reaps a node that left.)
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
 const { Wire } = require('../lib/wire');
 const { sdk, apiGet } = require('../lib/clients');
 const { startTopology, startNodes, haveRedis } = require('../lib/cluster');
-const { cleanup, uid, eventually, deadline, quiet } = require('../lib/util');
+const { cleanup, uid, eventually, deadline, quiet, sleep } = require('../lib/util');
 
 const APPS = [{ app_id: 'sj', key: 'sj-key', secret: 'sj-secret' }];
 const NODE_TIMEOUT = 4;
@@ -23,6 +25,11 @@ describe('SIGTERM with joins in flight', { skip: !haveRedis('standalone') && 'Re
     nodes = await startNodes(topo, 2, { apps: APPS, scaling: { node_timeout: NODE_TIMEOUT } });
   });
   after(async () => {
+    for (const f of topo ? fs.readdirSync(topo.dir).filter((f) => f.endsWith('.pid')) : []) {
+      try {
+        process.kill(Number(fs.readFileSync(path.join(topo.dir, f), 'utf8').trim()), 'SIGCONT');
+      } catch {}
+    }
     if (nodes) await Promise.all(nodes.map((n) => n.stop('SIGKILL')));
     if (topo) await topo.stop();
   });
@@ -40,12 +47,18 @@ describe('SIGTERM with joins in flight', { skip: !haveRedis('standalone') && 'Re
       bag.add(() => w.close());
       wires.push(w);
     }
-    // Half joined already, half in flight when SIGTERM lands.
+    // Half joined already; the other half in flight when SIGTERM lands, held there by a
+    // Redis that stops answering for a moment (SIGSTOP, well inside the 2 s task deadline).
+    const pidFile = fs.readdirSync(topo.dir).find((f) => f.endsWith('.pid'));
+    const redisPid = Number(fs.readFileSync(path.join(topo.dir, pidFile), 'utf8').trim());
     for (const [i, w] of wires.entries()) {
+      if (i === 20) process.kill(redisPid, 'SIGSTOP');
       const p = w.authSubscribe(room, { user_id: `b${i}` }).catch(() => {});
       if (i < 20) await p;
     }
     b.proc.kill('SIGTERM');
+    await sleep(700);
+    process.kill(redisPid, 'SIGCONT');
     const t0 = Date.now();
     const exit = await deadline(b.exited, 20000, 'node B exit');
     assert.equal(exit.code, 0, b.logs());
