@@ -18,6 +18,9 @@ type ClusterNodes interface {
 	NodeKey(node, suffix string) string
 	LiveNodes(ctx context.Context) ([]string, error)
 	TrackNodeState(resync func(context.Context) error, suffixes ...string)
+	// NodeKeyTTL bounds a per-node key that a write creates after its node left (the
+	// owner's heartbeat refreshes it meanwhile).
+	NodeKeyTTL() time.Duration
 }
 
 // socketsSuffix names each node's index hash: NodeKey(node, "sockets"), socket id ->
@@ -79,7 +82,10 @@ func (x *RedisSocketIndex) write(socketID, value string) {
 	if value == "" {
 		err = x.rdb.HDel(ctx, x.key(x.nodes.NodeID()), socketID).Err()
 	} else {
-		err = x.rdb.HSet(ctx, x.key(x.nodes.NodeID()), socketID, value).Err()
+		pipe := x.rdb.Pipeline()
+		pipe.HSet(ctx, x.key(x.nodes.NodeID()), socketID, value)
+		pipe.PExpire(ctx, x.key(x.nodes.NodeID()), x.nodes.NodeKeyTTL())
+		_, err = pipe.Exec(ctx)
 	}
 	if err != nil {
 		x.log.Warn("socket index not written; the next resync repairs it", "error", err)
@@ -126,6 +132,7 @@ func (x *RedisSocketIndex) Resync(ctx context.Context) error {
 	pipe.Del(ctx, x.key(x.nodes.NodeID()))
 	if len(entries) > 0 {
 		pipe.HSet(ctx, x.key(x.nodes.NodeID()), entries)
+		pipe.PExpire(ctx, x.key(x.nodes.NodeID()), x.nodes.NodeKeyTTL())
 	}
 	_, err := pipe.Exec(ctx)
 	return err

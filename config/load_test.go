@@ -142,6 +142,25 @@ func TestLoadToolmarkMCP(t *testing.T) {
 	}
 }
 
+// TestLoadToolmarkValidate: toolmark.validate is read per app, "known" by default.
+func TestLoadToolmarkValidate(t *testing.T) {
+	clearEnv(t)
+	for _, tc := range []struct{ yaml, want string }{
+		{"    toolmark: {enabled: true}\n", ValidateKnown},
+		{"    toolmark: {enabled: true, validate: describe_first}\n", ValidateDescribeFirst},
+		{"    toolmark: {enabled: true, validate: \"off\"}\n", ValidateOff},
+		{"    toolmark:\n      validate: off\n", ValidateOff}, // YAML 1.1 would read a bare off as false
+	} {
+		c, err := Load(writeFile(t, minimal+tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Apps[0].Toolmark.Validate; got != tc.want {
+			t.Errorf("%q: validate %q, want %q", tc.yaml, got, tc.want)
+		}
+	}
+}
+
 func TestLoadRejectsUnknownKeys(t *testing.T) {
 	clearEnv(t)
 	tests := []struct{ yaml, want string }{
@@ -155,7 +174,9 @@ func TestLoadRejectsUnknownKeys(t *testing.T) {
 		{minimal + "    toolmark: {enabled: true, mcp: {enabled: true, path: x}}\n", "apps[0].toolmark.mcp.path"},
 		{minimal + "    webhooks: [{url: 'http://x', events: [a]}]\n", "apps[0].webhooks[0].events"},
 		// Reverb's PHP names that this server does not have are refused, not ignored.
-		{minimal + "    rate_limiting: {enabled: true}\n", "apps[0].rate_limiting"},
+		// (rate_limiting is Reverb's and is honoured, see ratelimit_test.go; options is the
+		// Laravel side's connection info and has no meaning to a server.)
+		{minimal + "    options: {host: x}\n", "apps[0].options"},
 	}
 	for _, tt := range tests {
 		_, err := Load(writeFile(t, tt.yaml))

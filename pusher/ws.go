@@ -188,6 +188,7 @@ func (c *Conn) leaveAll(t onTask) {
 	if user != "" {
 		s.sockets.unbindUser(c.app.cfg.ID, user, c)
 	}
+	s.watch.closed(t, c) // online state and watchlist (watchlist.go)
 }
 
 // originAllowed is the shared matcher (package origin), as on the Toolmark page endpoint.

@@ -56,6 +56,8 @@ type Conn struct {
 	raw     syscall.RawConn // plain TCP: written by the flusher; nil (TLS): slow path only
 	fl      *flusher
 	reader  readerKind // set by register before OnOpen, never changed
+	// deflater is set when the handshake negotiated permessage-deflate (deflate_offer.go).
+	deflater *Deflater
 
 	mu           sync.Mutex
 	state        connState
