@@ -40,7 +40,7 @@ func TestRedisPresenceRejoinAnnouncesMemberAdded(t *testing.T) {
 	for _, be := range backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
-			const ttl = 300 * time.Millisecond
+			const ttl = time.Second // 0.8 s of silence is death: margin for the joins below
 			var g gone
 			var b back
 			paused := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "paused", NodeTimeout: ttl, OnBack: b.add})
@@ -49,10 +49,13 @@ func TestRedisPresenceRejoinAnnouncesMemberAdded(t *testing.T) {
 				t.Fatal(err)
 			}
 			survivor := newRedisPresence(t, be.Client(t), prefix, "survivor", ttl, g.add)
+			if err := survivor.Heartbeat(ctx); err != nil {
+				t.Fatal(err)
+			}
 			for _, j := range []struct {
 				p          *channels.RedisPresence
 				sock, user string
-			}{{paused, "1.1", "u1"}, {paused, "1.2", "u1"}, {paused, "1.3", "u2"}, {survivor, "2.1", "u2"}} {
+			}{{survivor, "2.1", "u2"}, {paused, "1.1", "u1"}, {paused, "1.2", "u1"}, {paused, "1.3", "u2"}} {
 				if _, err := j.p.Join(ctx, "app", "presence-r", j.sock, channels.Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
 					t.Fatal(err)
 				}
