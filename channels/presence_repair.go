@@ -53,8 +53,12 @@ func (p *RedisPresence) Close() error {
 
 // Drain retries failed leaves and reaps this node's leftover memberships (announcing them
 // through OnGone) while the node is still listed; the registry's Close, later, reaps whatever
-// joined since and unlists the node.
+// joined since and unlists the node. The mirror forgets the reaped memberships first, so the
+// heartbeat, still running, does not join them again.
 func (p *RedisPresence) Drain(ctx context.Context) error {
+	p.mu.Lock()
+	p.mirror = map[string]Member{}
+	p.mu.Unlock()
 	_ = p.retryLeaves(ctx)
 	_, err := p.Reap(ctx, p.node, time.Now().Add(time.Hour))
 	return err
