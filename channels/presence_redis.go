@@ -200,6 +200,20 @@ func (p *RedisPresence) rejoinEntry(ctx context.Context, e string, m Member) err
 	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	_, still := p.mirror[e]
+	p.mu.Unlock()
+	if !still {
+		// The socket left while this ran (its Leave found the membership missing, or ran
+		// before this join): undo the re-add. A user this re-added and removed again is
+		// announced neither way; one that was there before and is gone now leaves.
+		last, err := p.leave(ctx, e)
+		if err == nil && last && !first && p.onGone != nil {
+			app, ch, _, user, _ := splitEntry(e)
+			p.onGone(app, ch, user)
+		}
+		return err
+	}
 	if first && p.onBack != nil {
 		app, ch, socket, _, _ := splitEntry(e)
 		p.onBack(app, ch, socket, m)
