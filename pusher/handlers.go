@@ -183,14 +183,16 @@ func (c *Conn) subscribeChannel(name string, kind channels.Kind) {
 	if session != nil {
 		frames = [][]byte{session, frames[0]}
 	}
+	release := func() { b.Release(frames...) }
 	if kind.IsCache() {
 		// With scaling the last event is read from Redis: off this goroutine (it reads every
 		// socket of its poller); the barrier keeps subscription_succeeded and the replay
 		// ahead of the channel's later events.
-		go func() { b.Release(append(frames, c.cacheReplay(name))...) }()
-	} else {
-		b.Release(frames...)
+		release = func() { go func() { b.Release(append(frames, c.cacheReplay(name))...) }() }
 	}
+	// Under interest routing the answer waits (in the barrier, not on this goroutine) until
+	// this node's Redis subscription to the channel is confirmed: no lost first event.
+	c.srv.reg.WhenRouted(cfg.ID, name, release)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {
 		c.srv.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
@@ -232,6 +234,7 @@ func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Me
 	count, added := s.reg.Subscribe(cfg.ID, name, c)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)
+	_ = s.reg.AwaitRouted(ctx, cfg.ID, name) // member_added of later joiners reaches this node
 	// The member list is read after Subscribe: a concurrent join is then in the list or
 	// arrives as member_added after subscription_succeeded (at worst both; clients treat a
 	// repeated member_added as a no-op). Read before, a user joining in between would be
