@@ -63,6 +63,9 @@ func (c *Config) ApplyDefaults() {
 		c.Scaling.Channel = DefaultScalingChannel
 	}
 	setInt(&c.Scaling.NodeTimeout, DefaultNodeTimeout)
+	if c.Scaling.Routing == "" {
+		c.Scaling.Routing = RoutingInterest
+	}
 	for i := range c.Apps {
 		c.Apps[i].applyDefaults()
 	}

@@ -22,7 +22,8 @@ type cluster struct {
 	rdb      redis.UniversalClient
 	addr     string // the topology, for logs (no password)
 	node     string
-	prefix   string // of every key this cluster keeps in Redis
+	prefix   string             // of this cluster's node-level keys in Redis
+	keys     *channels.KeySpace // every key and pub/sub channel name (scaling.routing decides the layout)
 	broker   *channels.RedisBroker
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
@@ -108,8 +109,15 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	}
 	prefix := KeyPrefix(channel)
 	c.prefix = prefix
+	routing := channels.RoutingInterest
+	if cfg.Scaling.Routing == config.RoutingBroadcast {
+		routing = channels.RoutingBroadcast
+	}
+	c.keys = channels.NewKeySpace(channel, routing == channels.RoutingInterest)
 	c.cache = channels.NewRedisCache(c.rdb, prefix)
-	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{Channel: channel, NodeID: c.node, Logger: logger, Cache: c.cache}); err != nil {
+	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{
+		Channel: channel, Routing: routing, Keys: c.keys, NodeID: c.node, Logger: logger, Cache: c.cache,
+	}); err != nil {
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: subscribing to %q: %w", channel, err)
@@ -160,6 +168,12 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	})
 	c.broker.Start(reg.DeliverLocal)
 	c.presence.Start()
+	// On Redis Cluster the node's subscription connections (one per bucket) are made before
+	// it takes sockets, so first subscribes do not wait for dials.
+	select {
+	case <-c.broker.Dialled():
+	case <-time.After(startupTimeout):
+	}
 }
 
 // health is /up's dependency check: the subscription must be live and Redis must answer.
