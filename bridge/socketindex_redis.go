@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/channels"
 )
 
 // ClusterNodes is the node membership a RedisSocketIndex rides on (channels.RedisPresence):
@@ -18,6 +20,11 @@ type ClusterNodes interface {
 	NodeKey(node, suffix string) string
 	LiveNodes(ctx context.Context) ([]string, error)
 	TrackNodeState(resync func(context.Context) error, suffixes ...string)
+	// The per-socket keys, spread over the key space's buckets (one in the legacy layout):
+	// the socket's key of node, every bucket's key of node, and the hook that reaps them.
+	NodeSocketKey(node, suffix, socketID string) string
+	NodeBucketKeys(node, suffix string) []string
+	TrackNodeBucketState(resync func(context.Context) error, suffixes ...string)
 }
 
 // socketsSuffix names each node's index hash: NodeKey(node, "sockets"), socket id ->
@@ -49,11 +56,13 @@ func NewRedisSocketIndex(rdb redis.UniversalClient, nodes ClusterNodes, logger *
 		logger = slog.Default()
 	}
 	x := &RedisSocketIndex{local: NewMemorySocketIndex(), rdb: rdb, nodes: nodes, log: logger}
-	nodes.TrackNodeState(x.Resync, socketsSuffix)
+	nodes.TrackNodeBucketState(x.Resync, socketsSuffix)
 	return x
 }
 
-func (x *RedisSocketIndex) key(node string) string { return x.nodes.NodeKey(node, socketsSuffix) }
+func (x *RedisSocketIndex) key(node, socketID string) string {
+	return x.nodes.NodeSocketKey(node, socketsSuffix, socketID)
+}
 
 // Subscribed implements SocketIndex.
 func (x *RedisSocketIndex) Subscribed(app, channel, socketID string) {
@@ -77,9 +86,9 @@ func (x *RedisSocketIndex) write(socketID, value string) {
 	defer cancel()
 	var err error
 	if value == "" {
-		err = x.rdb.HDel(ctx, x.key(x.nodes.NodeID()), socketID).Err()
+		err = x.rdb.HDel(ctx, x.key(x.nodes.NodeID(), socketID), socketID).Err()
 	} else {
-		err = x.rdb.HSet(ctx, x.key(x.nodes.NodeID()), socketID, value).Err()
+		err = x.rdb.HSet(ctx, x.key(x.nodes.NodeID(), socketID), socketID, value).Err()
 	}
 	if err != nil {
 		x.log.Warn("socket index not written; the next resync repairs it", "error", err)
@@ -101,7 +110,7 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 	cmds := make([]*redis.StringCmd, 0, len(nodes))
 	for _, n := range nodes {
 		if n != self {
-			cmds = append(cmds, pipe.HGet(ctx, x.key(n), socketID))
+			cmds = append(cmds, pipe.HGet(ctx, x.key(n, socketID), socketID))
 		}
 	}
 	if len(cmds) == 0 {
@@ -122,11 +131,13 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 // Resync rewrites this node's hash from memory (after Redis lost it).
 func (x *RedisSocketIndex) Resync(ctx context.Context) error {
 	entries := x.local.encoded()
-	pipe := x.rdb.TxPipeline()
-	pipe.Del(ctx, x.key(x.nodes.NodeID()))
-	if len(entries) > 0 {
-		pipe.HSet(ctx, x.key(x.nodes.NodeID()), entries)
+	self := x.nodes.NodeID()
+	byKey := map[string]map[string]any{}
+	for _, k := range x.nodes.NodeBucketKeys(self, socketsSuffix) {
+		byKey[k] = map[string]any{}
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	for id, v := range entries {
+		byKey[x.key(self, id)][id] = v
+	}
+	return channels.RewriteHashes(ctx, x.rdb, byKey)
 }

@@ -94,6 +94,14 @@ func (k *KeySpace) Bucket(app, ch string) int {
 	return BucketOf(app + "\x00" + ch)
 }
 
+// SocketBucket is the bucket of per-socket state (0 in the legacy layout).
+func (k *KeySpace) SocketBucket(socketID string) int {
+	if !k.spread {
+		return 0
+	}
+	return BucketOf(socketID)
+}
+
 // BucketOf is the bucket of any per-channel or per-socket identity s.
 func BucketOf(s string) int {
 	h := fnv.New32a()

@@ -64,12 +64,17 @@ func NewRedisOccupancy(p *RedisPresence, syncPrefix string, logger *slog.Logger)
 		counts: map[string]int64{}, pending: map[string]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	p.TrackNodeState(o.Resync, "subs", "conns")
+	p.TrackNodeState(o.Resync, "conns")
+	p.TrackNodeBucketState(nil, "subs")
 	go o.loop()
 	return o
 }
 
-func (o *RedisOccupancy) subsKey(node string) string  { return o.p.NodeKey(node, "subs") }
+// subsKey is node's counts hash of field's channel bucket (keys.go).
+func (o *RedisOccupancy) subsKey(node, field string) string {
+	app, ch, _ := strings.Cut(field, "\x00")
+	return o.p.keys.NodeBucketKey(node, "subs", o.p.keys.Bucket(app, ch))
+}
 func (o *RedisOccupancy) connsKey(node string) string { return o.p.NodeKey(node, "conns") }
 
 // SetConnections gives the batch writer this node's connection count per app, written
@@ -133,7 +138,7 @@ func (o *RedisOccupancy) change(app, channel string, delta int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := o.p.rdb.Pipeline()
-	setCount(ctx, pipe, o.subsKey(o.p.node), f, count)
+	setCount(ctx, pipe, o.subsKey(o.p.node, f), f, count)
 	if _, err := pipe.Exec(ctx); err != nil {
 		o.log.Warn("subscription count not written; the next batch repairs it", "error", err)
 		o.mu.Lock()
@@ -185,7 +190,7 @@ func (o *RedisOccupancy) flush() {
 	defer cancel()
 	pipe := o.p.rdb.Pipeline()
 	for f, n := range values {
-		setCount(ctx, pipe, o.subsKey(o.p.node), f, n)
+		setCount(ctx, pipe, o.subsKey(o.p.node, f), f, n)
 	}
 	if len(conns) > 0 {
 		vals := make(map[string]any, len(conns))
@@ -221,18 +226,44 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	o.pending = map[string]struct{}{}
 	o.wrote = nil // the next flush writes every connection count again
 	o.mu.Unlock()
-	pipe := o.p.rdb.TxPipeline()
-	pipe.Del(ctx, o.subsKey(o.p.node), o.connsKey(o.p.node))
-	if len(counts) > 0 {
-		pipe.HSet(ctx, o.subsKey(o.p.node), counts)
+	byKey := map[string]map[string]any{}
+	for b := range o.p.keys.Buckets() {
+		byKey[o.p.keys.NodeBucketKey(o.p.node, "subs", b)] = map[string]any{}
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	for f, n := range counts {
+		byKey[o.subsKey(o.p.node, f)][f] = n
+	}
+	if err := o.p.rdb.Del(ctx, o.connsKey(o.p.node)).Err(); err != nil {
+		return err
+	}
+	return rewriteHashes(ctx, o.p.rdb, byKey)
+}
+
+// rewriteHashes replaces each hash with the given fields, one MULTI per hash (a
+// transaction stays in one Redis Cluster slot).
+func rewriteHashes(ctx context.Context, rdb redis.UniversalClient, byKey map[string]map[string]any) error {
+	for k, fields := range byKey {
+		pipe := rdb.TxPipeline()
+		pipe.Del(ctx, k)
+		if len(fields) > 0 {
+			pipe.HSet(ctx, k, fields)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RewriteHashes is rewriteHashes for other packages' per-node state.
+func RewriteHashes(ctx context.Context, rdb redis.UniversalClient, byKey map[string]map[string]any) error {
+	return rewriteHashes(ctx, rdb, byKey)
 }
 
 // SubscriptionCount is the channel's subscriber count over every live node.
 func (o *RedisOccupancy) SubscriptionCount(ctx context.Context, app, channel string) (int, error) {
-	return o.sumOverNodes(ctx, o.subsKey, app+"\x00"+channel, true)
+	f := app + "\x00" + channel
+	return o.sumOverNodes(ctx, func(n string) string { return o.subsKey(n, f) }, f, true)
 }
 
 // RemoteConnections is the app's open sockets on every other live node, as of their last
@@ -281,16 +312,23 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 	}
 	match := globEscape(app+"\x00"+prefix) + "*"
 	// The first page of every node in one pipeline; a node with more follows on its own.
+	// Every node's hash of every bucket (keys.go): one in the legacy layout.
+	var hashes []string
+	for _, n := range nodes {
+		for b := range o.p.keys.Buckets() {
+			hashes = append(hashes, o.p.keys.NodeBucketKey(n, "subs", b))
+		}
+	}
 	pipe := o.p.rdb.Pipeline()
-	cmds := make([]*redis.ScanCmd, len(nodes))
-	for i, n := range nodes {
-		cmds[i] = pipe.HScan(ctx, o.subsKey(n), 0, match, 1000)
+	cmds := make([]*redis.ScanCmd, len(hashes))
+	for i, h := range hashes {
+		cmds[i] = pipe.HScan(ctx, h, 0, match, 1000)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, err
 	}
 	sum := map[string]int{}
-	for i, n := range nodes {
+	for i, h := range hashes {
 		fields, cursor := cmds[i].Val()
 		for {
 			for j := 0; j+1 < len(fields); j += 2 {
@@ -303,7 +341,7 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 				break
 			}
 			var err error
-			if fields, cursor, err = o.p.rdb.HScan(ctx, o.subsKey(n), cursor, match, 1000).Result(); err != nil {
+			if fields, cursor, err = o.p.rdb.HScan(ctx, h, cursor, match, 1000).Result(); err != nil {
 				return nil, err
 			}
 		}

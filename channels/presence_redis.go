@@ -26,7 +26,10 @@ const reapBatch = 500
 
 // RedisPresenceOptions configure a RedisPresence.
 type RedisPresenceOptions struct {
-	Prefix string // key prefix (default DefaultRedisPrefix)
+	Prefix string // key prefix (default DefaultRedisPrefix) of the legacy layout, when Keys is nil
+	// Keys names the keys (default LegacyKeySpace(Prefix)): under the spread layout each
+	// channel's hashes and the per-node membership sets live in the channel's bucket.
+	Keys   *KeySpace
 	NodeID string // this node (default NewNodeID()); use the broker's
 	// NodeTimeout bounds how long a dead node's state outlives it (default
 	// DefaultNodeTimeout): nodes heartbeat every NodeTimeout/10 and a node silent for
@@ -57,7 +60,7 @@ type RedisPresenceOptions struct {
 // hash tag ("{reverbgo:reverb}:") and the store runs on Redis Cluster too, all in one slot.
 type RedisPresence struct {
 	rdb    redis.UniversalClient
-	prefix string
+	keys   *KeySpace
 	node   string
 	ttl    time.Duration
 	log    *slog.Logger
@@ -68,8 +71,9 @@ type RedisPresence struct {
 	pending []string          // entries whose Leave failed, retried by the heartbeat
 	// resyncs write other per-node state again (TrackNodeState), nodeKeys are its key
 	// suffixes, deleted with a reaped node.
-	resyncs  []func(context.Context) error
-	nodeKeys []string
+	resyncs    []func(context.Context) error
+	nodeKeys   []string
+	bucketKeys []string // suffixes of per-node keys kept in every bucket (TrackNodeBucketState)
 	// inflight counts Joins and Leaves under way and ops those finished, so the heartbeat
 	// compares the mirror with Redis only at a quiet moment.
 	inflight atomic.Int64
@@ -99,17 +103,24 @@ func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *Red
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Keys == nil {
+		opts.Keys = LegacyKeySpace(opts.Prefix)
+	}
 	return &RedisPresence{
-		rdb: rdb, prefix: opts.Prefix, node: opts.NodeID, ttl: opts.NodeTimeout, log: opts.Logger,
+		rdb: rdb, keys: opts.Keys, node: opts.NodeID, ttl: opts.NodeTimeout, log: opts.Logger,
 		onGone: opts.OnGone, mirror: map[string]Member{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
-// Channel names cannot contain ':', so "<channel>:<app>" is unambiguous whatever the app id.
-func (p *RedisPresence) users(app, ch string) string   { return p.prefix + "pu:" + ch + ":" + app }
-func (p *RedisPresence) sockets(app, ch string) string { return p.prefix + "ps:" + ch + ":" + app }
-func (p *RedisPresence) counts(app, ch string) string  { return p.prefix + "pc:" + ch + ":" + app }
-func (p *RedisPresence) nodes() string                 { return p.prefix + "nodes" }
+// Key names (keys.go): a channel's three hashes, the node set, a node's membership set of
+// the channel's bucket (the scripts touch it with the channel's hashes: one slot).
+func (p *RedisPresence) users(app, ch string) string   { return p.keys.ChannelKey("pu", app, ch) }
+func (p *RedisPresence) sockets(app, ch string) string { return p.keys.ChannelKey("ps", app, ch) }
+func (p *RedisPresence) counts(app, ch string) string  { return p.keys.ChannelKey("pc", app, ch) }
+func (p *RedisPresence) nodes() string                 { return p.keys.Prefix() + "nodes" }
+func (p *RedisPresence) memberSet(node, app, ch string) string {
+	return p.keys.NodeBucketKey(node, "presence", p.keys.Bucket(app, ch))
+}
 
 // interval is the heartbeat period; deadAfter the silence after which a node is dead.
 func (p *RedisPresence) interval() time.Duration  { return p.ttl / 10 }
@@ -117,9 +128,7 @@ func (p *RedisPresence) deadAfter() time.Duration { return p.ttl * 8 / 10 }
 
 // NodeKey is the per-node key with the given suffix; every key under it is deleted when the
 // node is reaped.
-func (p *RedisPresence) NodeKey(node, suffix string) string {
-	return p.prefix + "node:" + node + ":" + suffix
-}
+func (p *RedisPresence) NodeKey(node, suffix string) string { return p.keys.NodeKey(node, suffix) }
 
 // entry is a node-set member: app, channel, socket and user separated by NUL bytes (the
 // user id last, so it may contain anything).
@@ -149,7 +158,7 @@ func (p *RedisPresence) Join(ctx context.Context, app, channel, socketID string,
 	e := entry(app, channel, socketID, m.UserID)
 	p.inflight.Add(1)
 	defer p.opDone()
-	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, channel), p.sockets(app, channel), p.counts(app, channel), p.NodeKey(p.node, "presence")},
+	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, channel), p.sockets(app, channel), p.counts(app, channel), p.memberSet(p.node, app, channel)},
 		socketID, m.UserID, m.Info, e).Int()
 	if err != nil {
 		return false, err
@@ -194,7 +203,7 @@ func (p *RedisPresence) opDone() {
 
 func (p *RedisPresence) leave(ctx context.Context, e string) (bool, error) {
 	app, ch, socket, user, _ := splitEntry(e)
-	n, err := leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+	n, err := leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.memberSet(p.node, app, ch)},
 		socket, user, e).Int()
 	return n == 1, err
 }
@@ -293,7 +302,7 @@ func (p *RedisPresence) rejoin(ctx context.Context) error {
 	}
 	for e, m := range mirror {
 		app, ch, socket, _, _ := splitEntry(e)
-		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.memberSet(p.node, app, ch)},
 			socket, m.UserID, m.Info, e).Err(); err != nil {
 			return err
 		}
@@ -314,12 +323,11 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 	p.mu.Lock()
 	n := len(p.mirror)
 	p.mu.Unlock()
-	set := p.NodeKey(p.node, "presence")
-	card, err := p.rdb.SCard(ctx, set).Result()
+	card, err := p.cardAll(ctx, p.node)
 	if err != nil || int(card) == n || p.inflight.Load() != 0 || p.ops.Load() != ops {
 		return err
 	}
-	have, err := p.rdb.SMembers(ctx, set).Result()
+	have, err := p.membersAll(ctx, p.node)
 	if err != nil {
 		return err
 	}
@@ -355,7 +363,7 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 			continue
 		}
 		app, ch, socket, _, _ := splitEntry(e)
-		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.memberSet(p.node, app, ch)},
 			socket, m.UserID, m.Info, e).Err(); err != nil {
 			return err
 		}
@@ -422,26 +430,27 @@ return out`)
 // OnGone for each user who left; it returns how many did. Survivors may reap the same node
 // concurrently: the script's SREM hands each membership to exactly one of them.
 func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time) (int, error) {
-	set := p.NodeKey(node, "presence")
-	p.mu.Lock()
-	suffixes := p.nodeKeys
-	p.mu.Unlock()
+	return p.reapBuckets(ctx, node, cutoff)
+}
+
+// reapSet reaps one membership set of node: set's slot holds the memberships' hashes,
+// nodesKey (the node set, or a key of that slot that never exists) and delKeys, the node's
+// keys of that slot deleted once the set is empty.
+func (p *RedisPresence) reapSet(ctx context.Context, node string, cutoff time.Time, set, nodesKey string, delKeys []string) (int, error) {
 	gone := 0
 	for {
 		batch, err := p.rdb.SRandMemberN(ctx, set, reapBatch).Result()
 		if err != nil {
 			return gone, err
 		}
-		keys := []string{set, p.nodes()}
+		keys := []string{set, nodesKey}
 		args := []any{node, cutoff.UnixMilli()}
 		for _, e := range batch {
 			app, ch, socket, user, _ := splitEntry(e)
 			keys = append(keys, p.sockets(app, ch), p.counts(app, ch), p.users(app, ch))
 			args = append(args, e, socket, user)
 		}
-		for _, s := range suffixes {
-			keys = append(keys, p.NodeKey(node, s))
-		}
+		keys = append(keys, delKeys...)
 		res, err := reapScript.Run(ctx, p.rdb, keys, args...).Slice()
 		if err != nil {
 			return gone, err

@@ -114,7 +114,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		routing = channels.RoutingBroadcast
 	}
 	c.keys = channels.NewKeySpace(channel, routing == channels.RoutingInterest)
-	c.cache = channels.NewRedisCache(c.rdb, prefix)
+	c.cache = channels.NewRedisCacheIn(c.rdb, c.keys)
 	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{
 		Channel: channel, Routing: routing, Keys: c.keys, NodeID: c.node, Logger: logger, Cache: c.cache,
 	}); err != nil {
@@ -123,7 +123,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		return nil, fmt.Errorf("scaling: subscribing to %q: %w", channel, err)
 	}
 	c.presence = channels.NewRedisPresence(c.rdb, channels.RedisPresenceOptions{
-		Prefix: prefix, NodeID: c.node, Logger: logger,
+		Keys: c.keys, NodeID: c.node, Logger: logger,
 		NodeTimeout: time.Duration(cfg.Scaling.NodeTimeout) * time.Second,
 		OnGone: func(app, ch, user string) {
 			if c.gone != nil {
