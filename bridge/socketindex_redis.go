@@ -139,5 +139,20 @@ func (x *RedisSocketIndex) Resync(ctx context.Context) error {
 	for id, v := range entries {
 		byKey[x.key(self, id)][id] = v
 	}
-	return channels.RewriteHashes(ctx, x.rdb, byKey)
+	if err := channels.RewriteHashes(ctx, x.rdb, byKey); err != nil {
+		return err
+	}
+	// One MULTI per hash is not one atomic rewrite (the spread layout's hashes sit in several
+	// slots): an entry written meanwhile may have gone with its hash, so the entries as they
+	// are now are written once more.
+	fresh := x.local.encoded()
+	if len(fresh) == 0 {
+		return nil
+	}
+	pipe := x.rdb.Pipeline()
+	for id, v := range fresh {
+		pipe.HSet(ctx, x.key(self, id), id, v)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
 }

@@ -236,7 +236,18 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	if err := o.p.rdb.Del(ctx, o.connsKey(o.p.node)).Err(); err != nil {
 		return err
 	}
-	return rewriteHashes(ctx, o.p.rdb, byKey)
+	if err := rewriteHashes(ctx, o.p.rdb, byKey); err != nil {
+		return err
+	}
+	// One MULTI per hash (the spread layout's hashes sit in several slots) is not one atomic
+	// rewrite: a count written meanwhile may have been deleted with its hash. Every count
+	// goes out again with the next batch (absolute values), so such a loss lasts one batch.
+	o.mu.Lock()
+	for f := range o.counts {
+		o.pending[f] = struct{}{}
+	}
+	o.mu.Unlock()
+	return nil
 }
 
 // rewriteHashes replaces each hash with the given fields, one MULTI per hash (a

@@ -85,7 +85,10 @@ func TestSpreadPresenceReapsDeadNode(t *testing.T) {
 				}
 				deadOcc.Subscribed("app", ch, "1.1")
 			}
-			deadOcc.Close() // flushes the counts, then the node goes silent: a crash
+			deadOcc.Close() // flushes the counts
+			if err := dead.Heartbeat(ctx); err != nil { // a last heartbeat, then silence: a crash
+				t.Fatal(err)
+			}
 			alive := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Keys: keys, NodeID: "alive", NodeTimeout: ttl, OnGone: g.add})
 			t.Cleanup(func() { _ = alive.Close() })
 			occ := channels.NewRedisOccupancy(alive, "", nil)
