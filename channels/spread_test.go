@@ -85,7 +85,7 @@ func TestSpreadPresenceReapsDeadNode(t *testing.T) {
 				}
 				deadOcc.Subscribed("app", ch, "1.1")
 			}
-			deadOcc.Close() // flushes the counts
+			deadOcc.Close()                             // flushes the counts
 			if err := dead.Heartbeat(ctx); err != nil { // a last heartbeat, then silence: a crash
 				t.Fatal(err)
 			}
