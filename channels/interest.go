@@ -219,6 +219,12 @@ func (r *router) flush() bool {
 	r.gen++
 	gen := r.gen
 	var sent []*topic
+	var release []func()
+	defer func() {
+		for _, fn := range release {
+			fn()
+		}
+	}()
 	for t := range r.dirty {
 		delete(r.dirty, t)
 		want := t.refs > 0
@@ -231,8 +237,14 @@ func (r *router) flush() bool {
 			t.sent, t.ready = false, false
 			get(t.conn).unsub = append(get(t.conn).unsub, t.name)
 		}
-		if !want && len(t.waiters) == 0 && r.topics[t.name] == t {
-			delete(r.topics, t.name)
+		if !want {
+			// Nobody here wants the channel any more: whoever still waits for it (a
+			// subscriber that left before its answer) is answered now, not by the timeout.
+			release = append(release, t.waiters...)
+			t.waiters = nil
+			if r.topics[t.name] == t {
+				delete(r.topics, t.name)
+			}
 		}
 	}
 	for k, c := range r.conns {

@@ -11,7 +11,7 @@ const SCRIPT = path.resolve(__dirname, '../../scripts/redis-topologies.sh');
 
 function run(args) {
   return new Promise((resolve, reject) => {
-    execFile('bash', [SCRIPT, ...args], { timeout: 60000 }, (err, stdout, stderr) => {
+    execFile('bash', [SCRIPT, ...args], { timeout: 180000 }, (err, stdout, stderr) => {
       if (err) reject(new Error(`redis-topologies.sh ${args.join(' ')} failed: ${stderr || err.message}`));
       else resolve(stdout);
     });
