@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"context"
+	"net/http"
 	"regexp"
 	"testing"
 	"time"
@@ -58,5 +60,41 @@ func TestHotDecoderAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(200, func() { tc.f() }); n > tc.max {
 			t.Errorf("%s: %v allocations, want at most %v", tc.name, n, tc.max)
 		}
+	}
+}
+
+// TestCallRoundTripAllocs bounds the allocations of one whole call in process (the agent's
+// signed request, the publish to the page, the page's result POST, the agent's answer), as
+// BenchmarkCallRoundTrip runs it. The bound is the count measured when the guard was
+// written: a change that adds an allocation to the bridge's hot path fails CI.
+func TestCallRoundTripAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts; scripts/test.sh runs this test without -race")
+	}
+	const bound = 218
+	h := newHarness(t, func(o *Options) { o.Limits.PageBurst, o.Limits.CallBurst = 1<<30, 1<<30 })
+	h.withManifest(client1, 1)
+	done := make(chan int, 1)
+	h.pub.onPub = func(p published) {
+		m := decodeEvent(t, p)
+		if m.Type != TypeCall {
+			return
+		}
+		go func() { done <- h.page("1.1", "c1", resultMsg(client1, m.ID, `{"status":"ok","data":{"n":1}}`)).Code }()
+	}
+	call := func() {
+		r := recv(t, h.startCall(context.Background(), "calls", callBody))
+		if string(r.Result) != `{"data":{"n":1},"status":"ok"}` {
+			t.Fatalf("got %+v", r)
+		}
+		if code := <-done; code != http.StatusNoContent {
+			t.Fatalf("page result: %d", code)
+		}
+	}
+	call()
+	n := testing.AllocsPerRun(200, call)
+	t.Logf("%v allocations per call round trip", n)
+	if n > bound {
+		t.Fatalf("%v allocations per call round trip, want at most %v", n, bound)
 	}
 }

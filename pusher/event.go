@@ -38,13 +38,14 @@ func TextFrame(payload []byte) Frame { return ws.TextFrame(payload) }
 
 // EventFrame encodes and frames one event with a data string.
 func EventFrame(event, channel, data string) Frame {
-	buf := make([]byte, 0, len(event)+len(channel)+len(data)+48)
-	return TextFrame(AppendEvent(buf, event, channel, data, "", true))
+	buf := make([]byte, ws.TextHeaderRoom, ws.TextHeaderRoom+len(event)+len(channel)+len(data)+48)
+	return ws.TextFrameInPlace(AppendEvent(buf, event, channel, data, "", true))
 }
 
 // eventFrameNoData frames an event that carries no data (pusher:pong, pusher:cache_miss).
 func eventFrameNoData(event, channel string) Frame {
-	return TextFrame(AppendEvent(nil, event, channel, "", "", false))
+	buf := make([]byte, ws.TextHeaderRoom, ws.TextHeaderRoom+len(event)+len(channel)+32)
+	return ws.TextFrameInPlace(AppendEvent(buf, event, channel, "", "", false))
 }
 
 // errorFrame builds pusher:error with a code (0 = none) and message.

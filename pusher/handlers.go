@@ -9,6 +9,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/ws"
 )
 
 // Presence limits (Pusher's).
@@ -443,8 +444,8 @@ func (c *Conn) clientEvent(m ClientMessage) {
 		}
 	}
 	data := clientEventData(m.Data)
-	payload := AppendEvent(make([]byte, 0, len(m.Event)+len(m.Channel)+len(data)+64), m.Event, m.Channel, data, sub.userID, true)
-	frame := TextFrame(payload)
+	buf := make([]byte, ws.TextHeaderRoom, ws.TextHeaderRoom+len(m.Event)+len(m.Channel)+len(data)+len(sub.userID)+64)
+	frame := Frame(ws.TextFrameInPlace(AppendEvent(buf, m.Event, m.Channel, data, sub.userID, true)))
 	c.app.stats.published.Add(1)
 	// Local subscribers get it at once; other nodes through the broker's queue: the reading
 	// goroutine never waits for Redis.

@@ -15,6 +15,11 @@ go vet ./...
 echo "== go test -race"
 go test -race -count=1 ./...
 
+echo "== allocation guards (testing.AllocsPerRun; without -race, which changes the counts)"
+# Every test whose name holds "Alloc" bounds the allocations of a hot path at its measured
+# count (pusher/allocs_test.go, bridge/allocs_test.go, ...): a change that adds one fails here.
+go test -count=1 -run 'Alloc' ./...
+
 echo "== benchmarks (once each, to keep them compiling and working)"
 go test -run '^$' -bench . -benchtime=1x ./... >/tmp/reverbgo-bench-once.log 2>&1 || { cat /tmp/reverbgo-bench-once.log; exit 1; }
 

@@ -38,6 +38,7 @@ type flusher struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	iov     iovecs
+	wv      writevCall // the writev callback's state, reused: no closure per write
 	waiting bool
 
 	window time.Duration         // coalescing window, 0 = off
@@ -45,6 +46,15 @@ type flusher struct {
 	hold   func(d time.Duration) // waits d before a round; nil = the timer (tests set it)
 
 	stats writeStats
+}
+
+// writevCall carries one writev's buffers and error through syscall.RawConn.Write. Its
+// callback is made once per flusher: a closure per write cost three allocations (the
+// closure, bufs and the error escaping), per socket written, on every fan-out and relay.
+type writevCall struct {
+	bufs net.Buffers
+	err  error
+	fn   func(fd uintptr) bool
 }
 
 // writeStats are a flusher's counters (metrics.go exports their sums), added once per

@@ -34,6 +34,7 @@ type poller struct {
 	stop   <-chan struct{}
 	buf    []byte
 	events []unix.EpollEvent
+	rd     pollRead // read's RawConn callback and its results, reused
 
 	mu    sync.Mutex
 	conns map[int32]*Conn // registered sockets by fd
@@ -209,19 +210,36 @@ func (p *poller) run() {
 	}
 }
 
+// pollRead carries one read's results through syscall.RawConn.Read. Its callback is made
+// once per poller (only the poller goroutine reads): a closure per read cost three
+// allocations (the closure, n and the error escaping) on every frame a client sends.
+type pollRead struct {
+	n   int
+	err error
+	buf []byte
+	fn  func(fd uintptr) bool
+}
+
+func (r *pollRead) read(fd uintptr) bool {
+	for {
+		r.n, r.err = unix.Read(int(fd), r.buf)
+		if r.err != unix.EINTR {
+			return true
+		}
+	}
+}
+
 // read does one non-blocking read from a ready socket and parses it; end of stream, an
 // error or a protocol violation ends the connection.
 func (p *poller) read(c *Conn, events uint32) {
-	var n int
-	var rerr error
-	err := c.raw.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = unix.Read(int(fd), p.buf)
-			if rerr != unix.EINTR {
-				return true
-			}
-		}
-	})
+	r := &p.rd
+	if r.fn == nil {
+		r.fn = r.read
+	}
+	r.buf = p.buf
+	err := c.raw.Read(r.fn)
+	n, rerr := r.n, r.err
+	r.err = nil
 	switch {
 	case err != nil || (rerr != nil && rerr != unix.EAGAIN) || n == 0:
 		p.end(c)

@@ -31,3 +31,15 @@ func WaitForWithin(t testing.TB, d time.Duration, what string, cond func() bool)
 		}
 	}
 }
+
+// SkipUnderRace skips an allocation-count test under the race detector, which changes the
+// counts; scripts/test.sh runs those tests once more without it ("-run Alloc").
+func SkipUnderRace(t interface {
+	Helper()
+	Skip(args ...any)
+}) {
+	t.Helper()
+	if RaceEnabled {
+		t.Skip("the race detector changes allocation counts; scripts/test.sh runs this test without -race")
+	}
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/reverbgo/reverbgo/auth"
+)
+
+const chaosUser = "chaos-user"
+
+// page is one tab of the Toolmark bridge: a socket on private-toolmark.{user}.{conv} on one
+// node, its POSTs to a random node, answering every call with its input. It reloads now and
+// then (leave and subscribe again at once, on another node): the page-count race of fault 2.
+type page struct {
+	conv, cid string
+	mu        sync.Mutex
+	c         *conn
+	token     string
+	ready     time.Time // when the current socket's manifest was accepted (zero: none)
+}
+
+func (p *page) state() (*conn, string, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.c, p.token, p.ready
+}
+
+func (s *chaos) postPage(ctx context.Context, n *node, p *page, c *conn, token string, msg any) (int, string, error) {
+	b, _ := json.Marshal(msg)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.addr+"/toolmark/bridge/"+p.conv, bytes.NewReader(b))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Socket-ID", c.id)
+	if token != "" {
+		req.Header.Set("X-Toolmark-Token", token)
+	}
+	resp, err := apiClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(body), nil
+}
+
+// runPage keeps p open: connect, subscribe, manifest, answer calls; reload every 15-40 s.
+func (s *chaos) runPage(ctx context.Context, p *page) {
+	for ctx.Err() == nil {
+		n := s.cl.pick()
+		if n == nil {
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		c, err := dialNode(ctx, n)
+		if err != nil {
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		ch := "private-toolmark." + chaosUser + "." + p.conv
+		dead := make(chan struct{})
+		var once sync.Once
+		sessions := make(chan string, 1)
+		go func() {
+			defer once.Do(func() { close(dead) })
+			for {
+				f, err := c.read()
+				if err != nil {
+					return
+				}
+				switch f.Event {
+				case "toolmark.session":
+					var d struct {
+						Token string `json:"token"`
+					}
+					_ = json.Unmarshal([]byte(f.str()), &d)
+					select {
+					case sessions <- d.Token:
+					default:
+					}
+				case "toolmark.message":
+					s.answer(ctx, p, c, f)
+				}
+			}
+		}()
+		data := map[string]string{"channel": ch, "auth": appKey + ":" + privateSig(c.id, ch)}
+		if err := c.send(map[string]any{"event": "pusher:subscribe", "data": data}); err != nil {
+			c.ws.Close()
+			continue
+		}
+		var token string
+		select {
+		case token = <-sessions:
+		case <-time.After(5 * time.Second): // page_auth: socket_id sends none
+		case <-dead:
+			continue
+		}
+		st, body, err := s.postPage(ctx, s.cl.pickOr(n), p, c, token, map[string]any{
+			"protocol": 1, "type": "manifest", "clientId": p.cid, "rev": 1,
+			"tools": []map[string]any{{"name": "chaos.echo", "llmName": "chaos_echo", "description": "Echoes its input.",
+				"hints": map[string]any{"readOnly": true}}},
+		})
+		if err != nil || st != http.StatusNoContent {
+			s.logf("page %s manifest: %d %s %v", p.conv, st, body, err)
+			c.ws.Close()
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		p.mu.Lock()
+		p.c, p.token, p.ready = c, token, time.Now()
+		p.mu.Unlock()
+		select {
+		case <-dead:
+		case <-ctx.Done():
+		case <-time.After(time.Duration(15+rand.IntN(25)) * time.Second):
+		}
+		p.mu.Lock()
+		p.ready = time.Time{}
+		p.mu.Unlock()
+		c.ws.Close()
+	}
+}
+
+// answer posts the call's input back as its result, to a random node.
+func (s *chaos) answer(ctx context.Context, p *page, c *conn, f frame) {
+	var m struct {
+		Message struct {
+			Type  string          `json:"type"`
+			ID    string          `json:"id"`
+			Input json.RawMessage `json:"input"`
+		} `json:"message"`
+	}
+	if json.Unmarshal([]byte(f.str()), &m) != nil || m.Message.Type != "call" {
+		return
+	}
+	_, token, _ := p.state()
+	go func() {
+		_, _, _ = s.postPage(ctx, s.cl.pickOr(nil), p, c, token, map[string]any{"protocol": 1, "type": "result", "clientId": p.cid,
+			"id": m.Message.ID, "result": map[string]any{"status": "ok", "data": m.Message.Input}})
+	}()
+}
+
+type bridgeStats struct{ ok, failed, excused atomic.Int64 }
+
+// agent calls the page's tool through a random node's calls API, once a second. A failed
+// call counts unless an outage or the page's own reload explains it.
+func (s *chaos) agent(ctx context.Context, p *page) {
+	path := "/apps/" + appID + "/toolmark/calls"
+	for seq := 1; ctx.Err() == nil; seq++ {
+		sleepCtx(ctx, time.Second)
+		n := s.cl.pick()
+		if n == nil {
+			continue
+		}
+		_, _, ready := p.state()
+		at := time.Now()
+		in := `{"seq":` + strconv.Itoa(seq) + `}`
+		body := []byte(`{"user_id":"` + chaosUser + `","conversation_id":"` + p.conv + `","tool":"chaos.echo","input":` + in + `,"timeout_ms":5000}`)
+		st, b, err := api(ctx, n, http.MethodPost, path, nil, body)
+		if ctx.Err() != nil {
+			return
+		}
+		var r struct {
+			Result struct {
+				Status string          `json:"status"`
+				Data   json.RawMessage `json:"data"`
+			} `json:"result"`
+		}
+		if err == nil && st == http.StatusOK && json.Unmarshal(b, &r) == nil && r.Result.Status == "ok" && string(r.Result.Data) == in {
+			s.bridge.ok.Add(1)
+			continue
+		}
+		_, _, readyAfter := p.state()
+		settled := !ready.IsZero() && at.Sub(ready) > 2*time.Second && ready.Equal(readyAfter)
+		if !settled || s.t.inOutage(at, time.Second, time.Duration(s.o.nodeTimeout+3)*time.Second) {
+			s.bridge.excused.Add(1)
+			continue
+		}
+		if s.bridge.failed.Add(1) <= 5 {
+			s.logf("bridge call on node %d failed: %d %.200s %v", n.i, st, b, err)
+		}
+	}
+}
+
+// pickOr returns a random running node, or n when none is.
+func (c *cluster) pickOr(n *node) *node {
+	if p := c.pick(); p != nil {
+		return p
+	}
+	return n
+}
+
+func privateSig(socketID, channel string) string {
+	return auth.ChannelSignature(appSecret, socketID, channel)
+}
