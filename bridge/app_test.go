@@ -352,7 +352,10 @@ func TestConfirmationFlow(t *testing.T) {
 	}{
 		{"unknown", "1.1", "c1", confirmedMsg(client1, "f9", `{"status":"ok"}`), 404},
 		{"other clientId", "1.1", "c1", confirmedMsg("tab2", "f1", `{"status":"ok"}`), 403},
-		{"other user (its own namespace has no f1)", "5.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok"}`), 404},
+		// ConfirmIds are namespaced by app: a known one from another user's or conversation's
+		// socket is a binding mismatch (403, toolmark-bridge.md §6), not an unknown id.
+		{"other user", "5.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok"}`), 403},
+		{"other conversation", "6.1", "c2", confirmedMsg(client1, "f1", `{"status":"ok"}`), 403},
 		{"invalid result", "1.1", "c1", confirmedMsg(client1, "f1", `{"status":"cancelled","by":"agent"}`), 422},
 		{"accepted", "1.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok","data":1}`), 204},
 		{"duplicate", "1.1", "c1", confirmedMsg(client1, "f1", `{"status":"ok","data":1}`), 409},

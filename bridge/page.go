@@ -251,7 +251,7 @@ func (b *Bridge) applyResult(ctx context.Context, key ConvKey, pm *PageMessage) 
 }
 
 func (b *Bridge) applyConfirmed(ctx context.Context, key ConvKey, pm *PageMessage) pageOutcome {
-	cb, err := b.store.GetConfirm(ctx, key, pm.ConfirmID)
+	cb, err := b.store.GetConfirm(ctx, key.App, pm.ConfirmID)
 	if err != nil {
 		return b.storeFailed(err)
 	}
@@ -261,7 +261,7 @@ func (b *Bridge) applyConfirmed(ctx context.Context, key ConvKey, pm *PageMessag
 	if cb.Key != key || cb.ClientID != pm.ClientID {
 		return reject(http.StatusForbidden, "Confirmation does not match its binding")
 	}
-	ok, err := b.store.ClaimConfirm(ctx, key, pm.ConfirmID)
+	ok, err := b.store.ClaimConfirm(ctx, key.App, pm.ConfirmID)
 	if err != nil {
 		return b.storeFailed(err)
 	}

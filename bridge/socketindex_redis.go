@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reverbgo/reverbgo/channels"
 )
 
 // ClusterNodes is the node membership a RedisSocketIndex rides on (channels.RedisPresence):
@@ -20,11 +18,9 @@ type ClusterNodes interface {
 	NodeKey(node, suffix string) string
 	LiveNodes(ctx context.Context) ([]string, error)
 	TrackNodeState(resync func(context.Context) error, suffixes ...string)
-	// The per-socket keys, spread over the key space's buckets (one in the legacy layout):
-	// the socket's key of node, every bucket's key of node, and the hook that reaps them.
-	NodeSocketKey(node, suffix, socketID string) string
-	NodeBucketKeys(node, suffix string) []string
-	TrackNodeBucketState(resync func(context.Context) error, suffixes ...string)
+	// NodeKeyTTL bounds a per-node key that a write creates after its node left (the
+	// owner's heartbeat refreshes it meanwhile).
+	NodeKeyTTL() time.Duration
 }
 
 // socketsSuffix names each node's index hash: NodeKey(node, "sockets"), socket id ->
@@ -56,13 +52,11 @@ func NewRedisSocketIndex(rdb redis.UniversalClient, nodes ClusterNodes, logger *
 		logger = slog.Default()
 	}
 	x := &RedisSocketIndex{local: NewMemorySocketIndex(), rdb: rdb, nodes: nodes, log: logger}
-	nodes.TrackNodeBucketState(x.Resync, socketsSuffix)
+	nodes.TrackNodeState(x.Resync, socketsSuffix)
 	return x
 }
 
-func (x *RedisSocketIndex) key(node, socketID string) string {
-	return x.nodes.NodeSocketKey(node, socketsSuffix, socketID)
-}
+func (x *RedisSocketIndex) key(node string) string { return x.nodes.NodeKey(node, socketsSuffix) }
 
 // Subscribed implements SocketIndex.
 func (x *RedisSocketIndex) Subscribed(app, channel, socketID string) {
@@ -86,9 +80,12 @@ func (x *RedisSocketIndex) write(socketID, value string) {
 	defer cancel()
 	var err error
 	if value == "" {
-		err = x.rdb.HDel(ctx, x.key(x.nodes.NodeID(), socketID), socketID).Err()
+		err = x.rdb.HDel(ctx, x.key(x.nodes.NodeID()), socketID).Err()
 	} else {
-		err = x.rdb.HSet(ctx, x.key(x.nodes.NodeID(), socketID), socketID, value).Err()
+		pipe := x.rdb.Pipeline()
+		pipe.HSet(ctx, x.key(x.nodes.NodeID()), socketID, value)
+		pipe.PExpire(ctx, x.key(x.nodes.NodeID()), x.nodes.NodeKeyTTL())
+		_, err = pipe.Exec(ctx)
 	}
 	if err != nil {
 		x.log.Warn("socket index not written; the next resync repairs it", "error", err)
@@ -110,7 +107,7 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 	cmds := make([]*redis.StringCmd, 0, len(nodes))
 	for _, n := range nodes {
 		if n != self {
-			cmds = append(cmds, pipe.HGet(ctx, x.key(n, socketID), socketID))
+			cmds = append(cmds, pipe.HGet(ctx, x.key(n), socketID))
 		}
 	}
 	if len(cmds) == 0 {
@@ -131,27 +128,11 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 // Resync rewrites this node's hash from memory (after Redis lost it).
 func (x *RedisSocketIndex) Resync(ctx context.Context) error {
 	entries := x.local.encoded()
-	self := x.nodes.NodeID()
-	byKey := map[string]map[string]any{}
-	for _, k := range x.nodes.NodeBucketKeys(self, socketsSuffix) {
-		byKey[k] = map[string]any{}
-	}
-	for id, v := range entries {
-		byKey[x.key(self, id)][id] = v
-	}
-	if err := channels.RewriteHashes(ctx, x.rdb, byKey); err != nil {
-		return err
-	}
-	// One MULTI per hash is not one atomic rewrite (the spread layout's hashes sit in several
-	// slots): an entry written meanwhile may have gone with its hash, so the entries as they
-	// are now are written once more.
-	fresh := x.local.encoded()
-	if len(fresh) == 0 {
-		return nil
-	}
-	pipe := x.rdb.Pipeline()
-	for id, v := range fresh {
-		pipe.HSet(ctx, x.key(self, id), id, v)
+	pipe := x.rdb.TxPipeline()
+	pipe.Del(ctx, x.key(x.nodes.NodeID()))
+	if len(entries) > 0 {
+		pipe.HSet(ctx, x.key(x.nodes.NodeID()), entries)
+		pipe.PExpire(ctx, x.key(x.nodes.NodeID()), x.nodes.NodeKeyTTL())
 	}
 	_, err := pipe.Exec(ctx)
 	return err

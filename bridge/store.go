@@ -128,11 +128,12 @@ type Store interface {
 	// waiter calls ClaimTimeout at its deadline and gets the stored result.
 	Watch(id string) (<-chan struct{}, func())
 
-	// GetConfirm returns the binding of confirmID in conversation k or nil. ConfirmIds are
-	// chosen by pages, so each conversation (app, user, conversation) has its own namespace:
-	// another tenant's page cannot take a predictable id first (ClaimResult binds confirm.Key).
-	GetConfirm(ctx context.Context, k ConvKey, confirmID string) (*ConfirmBinding, error)
-	// ClaimConfirm claims confirmID of conversation k once; false if it was already claimed or
-	// is unknown.
-	ClaimConfirm(ctx context.Context, k ConvKey, confirmID string) (bool, error)
+	// GetConfirm returns the binding of confirmID in app or nil. ConfirmIds are chosen by
+	// pages, so each app has its own namespace (another tenant's page cannot take a
+	// predictable id first); within an app the binding's user, conversation and clientId are
+	// compared by the caller, so a confirmed from the wrong socket is a 403, not a 404.
+	GetConfirm(ctx context.Context, app, confirmID string) (*ConfirmBinding, error)
+	// ClaimConfirm claims confirmID of app once; false if it was already claimed or is
+	// unknown.
+	ClaimConfirm(ctx context.Context, app, confirmID string) (bool, error)
 }

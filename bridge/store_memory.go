@@ -90,10 +90,10 @@ func tombKeyOf(id string) tombKey {
 	return tombKey{maphash.String(tombSeeds[0], id), maphash.String(tombSeeds[1], id)}
 }
 
-// confirmKey namespaces a confirmId by its conversation (see Store.GetConfirm).
+// confirmKey namespaces a confirmId by its app (see Store.GetConfirm).
 type confirmKey struct {
-	k  ConvKey
-	id string
+	app string
+	id  string
 }
 
 type memConfirm struct {
@@ -268,8 +268,8 @@ func (s *MemoryStore) manifest(k ConvKey, now time.Time) *memManifest {
 
 func (s *MemoryStore) call(id string, now time.Time) *memCall { return live(s.calls, id, now) }
 
-func (s *MemoryStore) confirm(k ConvKey, id string, now time.Time) *memConfirm {
-	return live(s.confirms, confirmKey{k, id}, now)
+func (s *MemoryStore) confirm(app, id string, now time.Time) *memConfirm {
+	return live(s.confirms, confirmKey{app, id}, now)
 }
 
 // expiring is an entry with a deadline; live drops it on the read that finds it expired.
@@ -400,13 +400,13 @@ func (s *MemoryStore) ClaimResult(_ context.Context, id string, result json.RawM
 		return ClaimLate, nil
 	}
 	if confirm != nil {
-		if s.confirm(confirm.Key, confirm.ConfirmID, clock) != nil {
+		if s.confirm(confirm.Key.App, confirm.ConfirmID, clock) != nil {
 			return ClaimConfirmTaken, nil
 		}
 		if len(s.confirms) >= s.maxEntries {
 			return ClaimNotFound, ErrStoreFull
 		}
-		s.confirms[confirmKey{confirm.Key, confirm.ConfirmID}] = &memConfirm{c: *confirm, expires: clock.Add(confirmTTL)}
+		s.confirms[confirmKey{confirm.Key.App, confirm.ConfirmID}] = &memConfirm{c: *confirm, expires: clock.Add(confirmTTL)}
 	}
 	e.state, e.result = callResult, append(json.RawMessage(nil), result...)
 	if e.wake != nil {
@@ -489,10 +489,10 @@ func (s *MemoryStore) Watch(id string) (<-chan struct{}, func()) {
 }
 
 // GetConfirm implements Store.
-func (s *MemoryStore) GetConfirm(_ context.Context, k ConvKey, confirmID string) (*ConfirmBinding, error) {
+func (s *MemoryStore) GetConfirm(_ context.Context, app, confirmID string) (*ConfirmBinding, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.confirm(k, confirmID, s.now())
+	e := s.confirm(app, confirmID, s.now())
 	if e == nil {
 		return nil, nil
 	}
@@ -501,10 +501,10 @@ func (s *MemoryStore) GetConfirm(_ context.Context, k ConvKey, confirmID string)
 }
 
 // ClaimConfirm implements Store.
-func (s *MemoryStore) ClaimConfirm(_ context.Context, k ConvKey, confirmID string) (bool, error) {
+func (s *MemoryStore) ClaimConfirm(_ context.Context, app, confirmID string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.confirm(k, confirmID, s.now())
+	e := s.confirm(app, confirmID, s.now())
 	if e == nil || e.claimed {
 		return false, nil
 	}

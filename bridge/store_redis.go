@@ -58,10 +58,10 @@ func (s *RedisStore) manifestKey(k ConvKey) string {
 }
 func (s *RedisStore) callKey(id string) string { return s.prefix + "c:" + id }
 
-// confirmKey namespaces a confirmId by its conversation (see Store.GetConfirm); user,
-// conversation and confirmId hold no ':'.
-func (s *RedisStore) confirmKey(k ConvKey, id string) string {
-	return s.prefix + "f:" + k.App + ":" + k.User + ":" + k.Conversation + ":" + id
+// confirmKey namespaces a confirmId by its app (see Store.GetConfirm); the confirmId holds
+// no ':'.
+func (s *RedisStore) confirmKey(app, id string) string {
+	return s.prefix + "f:" + app + ":" + id
 }
 func (s *RedisStore) ctx() (context.Context, func()) {
 	return context.WithTimeout(context.Background(), 5*time.Second)
@@ -197,7 +197,7 @@ func (s *RedisStore) ClaimResult(ctx context.Context, id string, result json.Raw
 		if cjs, err = json.Marshal(confirm); err != nil {
 			return ClaimNotFound, err
 		}
-		confirmKey, has = s.confirmKey(confirm.Key, confirm.ConfirmID), "1"
+		confirmKey, has = s.confirmKey(confirm.Key.App, confirm.ConfirmID), "1"
 	}
 	// The wake-up channel goes in KEYS too: Redis Cluster checks a shard channel's slot like a key's.
 	n, err := claimResultScript.Run(ctx, s.rdb, []string{s.callKey(id), confirmKey, s.channel()},
@@ -267,8 +267,8 @@ func (s *RedisStore) Watch(id string) (<-chan struct{}, func()) {
 }
 
 // GetConfirm implements Store.
-func (s *RedisStore) GetConfirm(ctx context.Context, k ConvKey, confirmID string) (*ConfirmBinding, error) {
-	js, err := s.rdb.HGet(ctx, s.confirmKey(k, confirmID), "c").Result()
+func (s *RedisStore) GetConfirm(ctx context.Context, app, confirmID string) (*ConfirmBinding, error) {
+	js, err := s.rdb.HGet(ctx, s.confirmKey(app, confirmID), "c").Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -289,8 +289,8 @@ redis.call('HSET', KEYS[1], 'claimed', '1')
 return 1`)
 
 // ClaimConfirm implements Store.
-func (s *RedisStore) ClaimConfirm(ctx context.Context, k ConvKey, confirmID string) (bool, error) {
-	n, err := claimConfirmScript.Run(ctx, s.rdb, []string{s.confirmKey(k, confirmID)}).Int()
+func (s *RedisStore) ClaimConfirm(ctx context.Context, app, confirmID string) (bool, error) {
+	n, err := claimConfirmScript.Run(ctx, s.rdb, []string{s.confirmKey(app, confirmID)}).Int()
 	return n == 1, err
 }
 

@@ -2,60 +2,123 @@ package channels
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Per-node state beside presence.
+// RedisNodes is the cluster's NodeRegistry in Redis: one sorted set (prefix+"nodes", node ->
+// last heartbeat in ms) and, per node, the keys its NodeStates name (NodeKey(node, suffix)).
 //
-// Other packages keep state per node in Redis too (this package's RedisOccupancy, the
-// bridge's socket index): hashes under NodeKey(node, suffix), read only for the nodes
-// LiveNodes lists. RedisPresence owns the node's lifecycle, so it is the one that deletes
-// those keys with a reaped node and asks their owners to write them again when Redis lost
-// them; TrackNodeState tells it about them, so it need not know what they hold.
-
-// TrackNodeState registers per-node state kept under NodeKey(node, suffix) for each suffix:
-// those keys of a reaped node are deleted with it, and resync (unless nil) writes this
-// node's state again whenever the heartbeat finds Redis lost it (a restart without
-// persistence, a failover, this node reaped during a long pause). Call it before Start.
-func (p *RedisPresence) TrackNodeState(resync func(context.Context) error, suffixes ...string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if resync != nil {
-		p.resyncs = append(p.resyncs, resync)
-	}
-	p.nodeKeys = append(p.nodeKeys, suffixes...)
+// Every per-node key has a bound twice over: a survivor deletes it with its reaped node, and
+// it carries a TTL of 3×NodeTimeout that the owner's heartbeat refreshes, so a write that
+// lands after its node was reaped or closed (a late write-through) expires instead of
+// staying for good. A node whose heartbeat finds itself unknown, or silent for longer than a
+// node may be (its keys may have expired), resyncs every NodeState.
+type RedisNodes struct {
+	*nodes
+	rdb    redis.UniversalClient
+	prefix string
 }
 
-// runResyncs runs every registered resync, stopping at the first error (the next heartbeat
-// tries again).
-func runResyncs(ctx context.Context, resyncs []func(context.Context) error) error {
-	for _, r := range resyncs {
-		if err := r(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
+var _ NodeRegistry = (*RedisNodes)(nil)
+
+// RedisNodesOptions configure a RedisNodes.
+type RedisNodesOptions struct {
+	Prefix      string        // key prefix (default DefaultRedisPrefix)
+	NodeID      string        // this node (default NewNodeID()); use the broker's
+	NodeTimeout time.Duration // default DefaultNodeTimeout
+	Logger      *slog.Logger
 }
 
-// NodeID is this node's id, the one NodeKey and LiveNodes use.
-func (p *RedisPresence) NodeID() string { return p.node }
+// NewRedisNodes returns the registry of this node over rdb; call Start to heartbeat and reap.
+// The client stays the caller's.
+func NewRedisNodes(rdb redis.UniversalClient, opts RedisNodesOptions) *RedisNodes {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultRedisPrefix
+	}
+	r := &RedisNodes{rdb: rdb, prefix: opts.Prefix}
+	r.nodes = newNodes(redisNodeBackend{r}, opts.NodeID, opts.NodeTimeout, opts.Logger, r.NodeKey)
+	return r
+}
 
-// LiveNodes lists the nodes not yet dead (heartbeat within 8/10 of NodeTimeout), always
-// including this one: a dead node's per-node state drops out of every answer at once, before
-// a survivor reaps it.
-func (p *RedisPresence) LiveNodes(ctx context.Context) ([]string, error) {
-	min := strconv.FormatInt(time.Now().Add(-p.deadAfter()).UnixMilli(), 10)
-	nodes, err := p.rdb.ZRangeByScore(ctx, p.nodes(), &redis.ZRangeBy{Min: min, Max: "+inf"}).Result()
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range nodes {
-		if n == p.node {
-			return nodes, nil
-		}
-	}
-	return append(nodes, p.node), nil
+func (r *RedisNodes) key() string { return r.prefix + "nodes" }
+
+// keyTTL bounds every per-node key; the owner refreshes it 30 times per TTL.
+func (r *RedisNodes) keyTTL() time.Duration { return 3 * r.timeout }
+
+// NodeKeyTTL is the TTL every per-node key carries (3×NodeTimeout): a writer of such a key
+// sets it with each write, so a key written after its node left expires.
+func (r *RedisNodes) NodeKeyTTL() time.Duration { return r.keyTTL() }
+
+// NodeKey is the per-node key with the given suffix (see NodeState.Keys).
+func (r *RedisNodes) NodeKey(node, suffix string) string {
+	return r.prefix + "node:" + node + ":" + suffix
+}
+
+// TrackNodeState registers per-node hashes under NodeKey(node, suffix) and the resync that
+// writes this node's again (Track with Keys and Resync), for the bridge's socket index.
+func (r *RedisNodes) TrackNodeState(resync func(context.Context) error, suffixes ...string) {
+	r.Track(NodeState{Keys: suffixes, Resync: resync})
+}
+
+// redisNodes is how the per-node state of this package finds its registry (a RedisNodes, or
+// the one a RedisPresence runs on).
+type redisNodeOwner interface{ redisNodes() *RedisNodes }
+
+func (r *RedisNodes) redisNodes() *RedisNodes { return r }
+
+type redisNodeBackend struct{ r *RedisNodes }
+
+// beatScript: KEYS[1] the node set, KEYS[2..] the node's keys; ARGV node, now, dead-before,
+// key TTL (ms). It answers 1 when the node was unknown or silent since before dead-before.
+var beatScript = redis.NewScript(`
+local prev = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+for i = 2, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
+if not prev or tonumber(prev) < tonumber(ARGV[3]) then return 1 end
+return 0`)
+
+func (b redisNodeBackend) beat(ctx context.Context, node string, now, deadBefore time.Time, keys []string) (bool, error) {
+	n, err := beatScript.Run(ctx, b.r.rdb, append([]string{b.r.key()}, keys...),
+		node, now.UnixMilli(), deadBefore.UnixMilli(), b.r.keyTTL().Milliseconds()).Int()
+	return n == 1, err
+}
+
+func (b redisNodeBackend) alive(ctx context.Context, since time.Time) ([]string, error) {
+	return b.r.rdb.ZRangeByScore(ctx, b.r.key(), &redis.ZRangeBy{Min: strconv.FormatInt(since.UnixMilli(), 10), Max: "+inf"}).Result()
+}
+
+func (b redisNodeBackend) dead(ctx context.Context, cutoff time.Time) ([]string, error) {
+	return b.r.rdb.ZRangeByScore(ctx, b.r.key(), &redis.ZRangeBy{Min: "-inf", Max: "(" + strconv.FormatInt(cutoff.UnixMilli(), 10)}).Result()
+}
+
+// reapingMark is the score of a node being reaped: below every heartbeat, so the node counts
+// as dead until unlisted, and refused by the presence join script (score < 0).
+const reapingMark = -1
+
+// markScript marks node ARGV[1] as being reaped unless it heartbeated after ARGV[2].
+var markScript = redis.NewScript(`
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if s and tonumber(s) > tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1`)
+
+func (b redisNodeBackend) mark(ctx context.Context, node string, cutoff time.Time) (bool, error) {
+	n, err := markScript.Run(ctx, b.r.rdb, []string{b.r.key()}, node, cutoff.UnixMilli(), reapingMark).Int()
+	return n == 1, err
+}
+
+// unlistScript forgets node ARGV[1] and deletes KEYS[2..] if it is still marked as reaped.
+var unlistScript = redis.NewScript(`
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+return 1`)
+
+func (b redisNodeBackend) unlist(ctx context.Context, node string, cutoff time.Time, keys []string) error {
+	return unlistScript.Run(ctx, b.r.rdb, append([]string{b.r.key()}, keys...), node, reapingMark).Err()
 }

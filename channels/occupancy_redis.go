@@ -33,19 +33,31 @@ const occupancyFlush = 50 * time.Millisecond
 // another node must see such a subscription as soon as the client is told of it (the bridge
 // checks that a Toolmark page is subscribed before calling it). This node's connection count
 // per app (a second hash, app -> count) rides on the same batch. Both are read only for nodes
-// whose heartbeat is fresh (RedisPresence.LiveNodes) and are deleted when a node is reaped,
+// whose heartbeat is fresh (RedisNodes.LiveNodes) and are deleted when a node is reaped,
 // so a dead node vanishes from answers within NodeTimeout. The node keeps the same state in
 // memory and writes it again with Resync when Redis lost it.
+//
+// A stale absolute value is always repaired: every write (batch, write-through, Resync) is
+// settled against memory once Redis answered, and a field whose count changed meanwhile (so
+// the value just written may have landed after a newer one) or whose write failed is marked
+// pending again for the next batch. Written-through fields are also written in the order
+// they were counted (per-field stripes), so a reader never sees the loser of a race.
 type RedisOccupancy struct {
-	p      *RedisPresence // keys, node id and liveness
-	prefix string         // channels whose counts are written through (SyncPrefix)
+	n      *RedisNodes // keys, node id and liveness
+	prefix string      // channels whose counts are written through (SyncPrefix)
 	log    *slog.Logger
+
+	// through orders the writes of written-through fields: a change takes its field's
+	// stripe before it counts and holds it until its write is answered, so two changes of one
+	// channel reach Redis in the order they were counted (the later value lands last).
+	through [throughStripes]sync.Mutex
 
 	mu      sync.Mutex
 	counts  map[string]int64        // app NUL channel -> local subscribers
 	pending map[string]struct{}     // fields whose count changed since the last write
 	conns   func() map[string]int64 // app -> open sockets on this node (SetConnections)
 	wrote   map[string]int64        // conns as last written
+	gen     uint64                  // bumped by Resync: a flush begun before it records nothing
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -53,29 +65,25 @@ type RedisOccupancy struct {
 
 var _ Occupancy = (*RedisOccupancy)(nil)
 
-// NewRedisOccupancy shares p's keys and node and starts the batch writer; Close stops it.
-// Counts of channels starting with syncPrefix ("" = none) are written through.
-func NewRedisOccupancy(p *RedisPresence, syncPrefix string, logger *slog.Logger) *RedisOccupancy {
+// NewRedisOccupancy keeps its state under the node registry of nodes (a *RedisNodes, or the
+// *RedisPresence running on one) and starts the batch writer; Close stops it. Counts of
+// channels starting with syncPrefix ("" = none) are written through.
+func NewRedisOccupancy(nodes redisNodeOwner, syncPrefix string, logger *slog.Logger) *RedisOccupancy {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	o := &RedisOccupancy{
-		p: p, prefix: syncPrefix, log: logger,
+		n: nodes.redisNodes(), prefix: syncPrefix, log: logger,
 		counts: map[string]int64{}, pending: map[string]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	p.TrackNodeState(o.Resync, "conns")
-	p.TrackNodeBucketState(nil, "subs")
+	o.n.Track(NodeState{Keys: []string{"subs", "conns"}, Resync: o.Resync})
 	go o.loop()
 	return o
 }
 
-// subsKey is node's counts hash of field's channel bucket (keys.go).
-func (o *RedisOccupancy) subsKey(node, field string) string {
-	app, ch, _ := strings.Cut(field, "\x00")
-	return o.p.keys.NodeBucketKey(node, "subs", o.p.keys.Bucket(app, ch))
-}
-func (o *RedisOccupancy) connsKey(node string) string { return o.p.NodeKey(node, "conns") }
+func (o *RedisOccupancy) subsKey(node string) string  { return o.n.NodeKey(node, "subs") }
+func (o *RedisOccupancy) connsKey(node string) string { return o.n.NodeKey(node, "conns") }
 
 // SetConnections gives the batch writer this node's connection count per app, written
 // whenever it changed, so Connections can sum every live node.
@@ -120,31 +128,63 @@ func (o *RedisOccupancy) Unsubscribed(app, channel, _ string) {
 	o.change(app, channel, -1)
 }
 
+// throughStripes is the number of write-through ordering locks (by field hash).
+const throughStripes = 64
+
 func (o *RedisOccupancy) change(app, channel string, delta int64) {
 	f := app + "\x00" + channel
-	through := o.WritesThrough(channel)
+	if !o.WritesThrough(channel) {
+		o.mu.Lock()
+		o.count(f, delta)
+		o.pending[f] = struct{}{}
+		o.mu.Unlock()
+		return
+	}
+	w := &o.through[stripeOf(f)]
+	w.Lock()
+	defer w.Unlock()
 	o.mu.Lock()
+	n := o.count(f, delta)
+	o.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	pipe := o.n.rdb.Pipeline()
+	setCount(ctx, pipe, o.subsKey(o.n.node), f, n)
+	pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
+	_, err := pipe.Exec(ctx)
+	if err != nil {
+		o.log.Warn("subscription count not written; the next batch repairs it", "error", err)
+	}
+	o.settle(map[string]int64{f: n}, err)
+}
+
+// count applies delta to field f and returns the new count; o.mu is held.
+func (o *RedisOccupancy) count(f string, delta int64) int64 {
 	if o.counts[f] += delta; o.counts[f] <= 0 {
 		delete(o.counts, f)
 	}
-	count := o.counts[f]
-	if !through {
-		o.pending[f] = struct{}{}
+	return o.counts[f]
+}
+
+// settle re-marks pending every field of written whose write failed or whose count is no
+// longer the value written (changed while the write was under way: the value may have landed
+// after a newer one), so the next batch writes it again.
+func (o *RedisOccupancy) settle(written map[string]int64, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for f, n := range written {
+		if err != nil || o.counts[f] != n {
+			o.pending[f] = struct{}{}
+		}
 	}
-	o.mu.Unlock()
-	if !through {
-		return
+}
+
+func stripeOf(f string) int {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(f); i++ {
+		h = (h ^ uint32(f[i])) * 16777619
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	pipe := o.p.rdb.Pipeline()
-	setCount(ctx, pipe, o.subsKey(o.p.node, f), f, count)
-	if _, err := pipe.Exec(ctx); err != nil {
-		o.log.Warn("subscription count not written; the next batch repairs it", "error", err)
-		o.mu.Lock()
-		o.pending[f] = struct{}{}
-		o.mu.Unlock()
-	}
+	return int(h % throughStripes)
 }
 
 // setCount writes an absolute count (not a delta): a write lost to a failover or an outage
@@ -171,11 +211,13 @@ func (o *RedisOccupancy) loop() {
 	}
 }
 
-// flush writes the changed counts (absolute values); on failure they stay marked for the next batch.
+// flush writes the changed counts (absolute values) and settles them: a field that failed
+// or changed meanwhile stays marked for the next batch.
 func (o *RedisOccupancy) flush() {
 	o.mu.Lock()
 	batch := o.pending
 	conns := o.connDelta()
+	gen := o.gen
 	if len(batch) == 0 && len(conns) == 0 {
 		o.mu.Unlock()
 		return
@@ -188,25 +230,27 @@ func (o *RedisOccupancy) flush() {
 	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	pipe := o.p.rdb.Pipeline()
+	pipe := o.n.rdb.Pipeline()
 	for f, n := range values {
-		setCount(ctx, pipe, o.subsKey(o.p.node, f), f, n)
+		setCount(ctx, pipe, o.subsKey(o.n.node), f, n)
 	}
 	if len(conns) > 0 {
 		vals := make(map[string]any, len(conns))
 		for app, n := range conns {
 			vals[app] = n
 		}
-		pipe.HSet(ctx, o.connsKey(o.p.node), vals)
+		pipe.HSet(ctx, o.connsKey(o.n.node), vals)
+		pipe.PExpire(ctx, o.connsKey(o.n.node), o.n.keyTTL())
+	}
+	if len(values) > 0 {
+		pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
 	}
 	_, err := pipe.Exec(ctx)
+	o.settle(values, err)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err != nil {
-		for f := range batch {
-			o.pending[f] = struct{}{}
-		}
-		return
+	if err != nil || gen != o.gen {
+		return // a Resync meanwhile may have deleted what this wrote: write it again
 	}
 	if o.wrote == nil {
 		o.wrote = map[string]int64{}
@@ -216,65 +260,42 @@ func (o *RedisOccupancy) flush() {
 	}
 }
 
-// Resync rewrites this node's counts from memory (after Redis lost them).
+// Resync rewrites this node's counts from memory (after Redis lost them). A count that
+// changes while it runs is settled like any write: marked for the next batch.
 func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	o.mu.Lock()
+	snap := make(map[string]int64, len(o.counts))
 	counts := make(map[string]any, len(o.counts))
 	for f, n := range o.counts {
+		snap[f] = n
 		counts[f] = n
 	}
 	o.pending = map[string]struct{}{}
 	o.wrote = nil // the next flush writes every connection count again
+	o.gen++
 	o.mu.Unlock()
-	byKey := map[string]map[string]any{}
-	for b := range o.p.keys.Buckets() {
-		byKey[o.p.keys.NodeBucketKey(o.p.node, "subs", b)] = map[string]any{}
+	pipe := o.n.rdb.TxPipeline()
+	pipe.Del(ctx, o.subsKey(o.n.node), o.connsKey(o.n.node))
+	if len(counts) > 0 {
+		pipe.HSet(ctx, o.subsKey(o.n.node), counts)
+		pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
 	}
-	for f, n := range counts {
-		byKey[o.subsKey(o.p.node, f)][f] = n
-	}
-	if err := o.p.rdb.Del(ctx, o.connsKey(o.p.node)).Err(); err != nil {
-		return err
-	}
-	if err := rewriteHashes(ctx, o.p.rdb, byKey); err != nil {
-		return err
-	}
-	// One MULTI per hash (the spread layout's hashes sit in several slots) is not one atomic
-	// rewrite: a count written meanwhile may have been deleted with its hash. Every count
-	// goes out again with the next batch (absolute values), so such a loss lasts one batch.
+	_, err := pipe.Exec(ctx)
+	// The DEL removed every field not in snap: those written meanwhile are settled too.
 	o.mu.Lock()
 	for f := range o.counts {
-		o.pending[f] = struct{}{}
+		if _, ok := snap[f]; !ok {
+			snap[f] = 0
+		}
 	}
 	o.mu.Unlock()
-	return nil
-}
-
-// rewriteHashes replaces each hash with the given fields, one MULTI per hash (a
-// transaction stays in one Redis Cluster slot).
-func rewriteHashes(ctx context.Context, rdb redis.UniversalClient, byKey map[string]map[string]any) error {
-	for k, fields := range byKey {
-		pipe := rdb.TxPipeline()
-		pipe.Del(ctx, k)
-		if len(fields) > 0 {
-			pipe.HSet(ctx, k, fields)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// RewriteHashes is rewriteHashes for other packages' per-node state.
-func RewriteHashes(ctx context.Context, rdb redis.UniversalClient, byKey map[string]map[string]any) error {
-	return rewriteHashes(ctx, rdb, byKey)
+	o.settle(snap, err)
+	return err
 }
 
 // SubscriptionCount is the channel's subscriber count over every live node.
 func (o *RedisOccupancy) SubscriptionCount(ctx context.Context, app, channel string) (int, error) {
-	f := app + "\x00" + channel
-	return o.sumOverNodes(ctx, func(n string) string { return o.subsKey(n, f) }, f, true)
+	return o.sumOverNodes(ctx, o.subsKey, app+"\x00"+channel, true)
 }
 
 // RemoteConnections is the app's open sockets on every other live node, as of their last
@@ -286,14 +307,14 @@ func (o *RedisOccupancy) RemoteConnections(ctx context.Context, app string) (int
 // sumOverNodes adds up one field of a per-node hash over the live nodes (this node's too when
 // self), in one pipeline; a missing or non-positive field counts as zero.
 func (o *RedisOccupancy) sumOverNodes(ctx context.Context, key func(node string) string, field string, self bool) (int, error) {
-	nodes, err := o.p.LiveNodes(ctx)
+	nodes, err := o.n.LiveNodes(ctx)
 	if err != nil {
 		return 0, err
 	}
-	pipe := o.p.rdb.Pipeline()
+	pipe := o.n.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, 0, len(nodes))
 	for _, n := range nodes {
-		if self || n != o.p.node {
+		if self || n != o.n.node {
 			cmds = append(cmds, pipe.HGet(ctx, key(n), field))
 		}
 	}
@@ -317,29 +338,22 @@ func (o *RedisOccupancy) sumOverNodes(ctx context.Context, key func(node string)
 // "app NUL prefix" field prefix (a hash of a few hundred fields answers in one step), so
 // one app's GET /channels neither reads nor ships another app's channel names.
 func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]ChannelInfo, error) {
-	nodes, err := o.p.LiveNodes(ctx)
+	nodes, err := o.n.LiveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	match := globEscape(app+"\x00"+prefix) + "*"
 	// The first page of every node in one pipeline; a node with more follows on its own.
-	// Every node's hash of every bucket (keys.go): one in the legacy layout.
-	var hashes []string
-	for _, n := range nodes {
-		for b := range o.p.keys.Buckets() {
-			hashes = append(hashes, o.p.keys.NodeBucketKey(n, "subs", b))
-		}
-	}
-	pipe := o.p.rdb.Pipeline()
-	cmds := make([]*redis.ScanCmd, len(hashes))
-	for i, h := range hashes {
-		cmds[i] = pipe.HScan(ctx, h, 0, match, 1000)
+	pipe := o.n.rdb.Pipeline()
+	cmds := make([]*redis.ScanCmd, len(nodes))
+	for i, n := range nodes {
+		cmds[i] = pipe.HScan(ctx, o.subsKey(n), 0, match, 1000)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, err
 	}
 	sum := map[string]int{}
-	for i, h := range hashes {
+	for i, n := range nodes {
 		fields, cursor := cmds[i].Val()
 		for {
 			for j := 0; j+1 < len(fields); j += 2 {
@@ -352,7 +366,7 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 				break
 			}
 			var err error
-			if fields, cursor, err = o.p.rdb.HScan(ctx, h, cursor, match, 1000).Result(); err != nil {
+			if fields, cursor, err = o.n.rdb.HScan(ctx, o.subsKey(n), cursor, match, 1000).Result(); err != nil {
 				return nil, err
 			}
 		}

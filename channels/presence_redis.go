@@ -2,9 +2,9 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,10 +26,11 @@ const reapBatch = 500
 
 // RedisPresenceOptions configure a RedisPresence.
 type RedisPresenceOptions struct {
-	Prefix string // key prefix (default DefaultRedisPrefix) of the legacy layout, when Keys is nil
-	// Keys names the keys (default LegacyKeySpace(Prefix)): under the spread layout each
-	// channel's hashes and the per-node membership sets live in the channel's bucket.
-	Keys   *KeySpace
+	// Nodes is the cluster's node registry the store tracks its memberships with (its
+	// prefix is the store's); nil makes the store its own, from Prefix, NodeID and
+	// NodeTimeout, started and closed with it.
+	Nodes  *RedisNodes
+	Prefix string // key prefix (default DefaultRedisPrefix)
 	NodeID string // this node (default NewNodeID()); use the broker's
 	// NodeTimeout bounds how long a dead node's state outlives it (default
 	// DefaultNodeTimeout): nodes heartbeat every NodeTimeout/10 and a node silent for
@@ -42,7 +43,22 @@ type RedisPresenceOptions struct {
 	// caller announces member_removed for them (a Leave's own result is announced by its
 	// caller as usual). It runs on the heartbeat goroutine and must not block for long.
 	OnGone func(app, channel, userID string)
+	// OnBack is called for every user the store itself joined again as the user's first
+	// socket in a channel: memberships this node still holds that Redis had lost (this node
+	// reaped during a long pause, Redis restarted empty or failed over). Those users were
+	// announced gone (or were never seen) elsewhere, so the caller announces member_added
+	// (except to socketID). The join script decides "first" once for the cluster, so each
+	// user is announced once, and only when Redis had actually removed it. Same goroutine
+	// rule as OnGone.
+	OnBack func(app, channel, socketID string, m Member)
 }
+
+// ErrPresenceClosed is returned by Join after Close: a late join must not re-add a member
+// under a node that has reaped itself.
+var ErrPresenceClosed = errors.New("presence: store closed")
+
+// errNodeUnknown is the join script's answer when the node is not in the node set.
+var errNodeUnknown = errors.New("presence: node not registered")
 
 // RedisPresence is the cluster PresenceStore. Per channel it keeps users' info, each
 // socket's user and each user's socket count in three hashes changed only by Lua scripts,
@@ -60,75 +76,51 @@ type RedisPresenceOptions struct {
 // hash tag ("{reverbgo:reverb}:") and the store runs on Redis Cluster too, all in one slot.
 type RedisPresence struct {
 	rdb    redis.UniversalClient
-	keys   *KeySpace
+	prefix string
 	node   string
-	ttl    time.Duration
 	log    *slog.Logger
 	onGone func(app, channel, userID string)
+	onBack func(app, channel, socketID string, m Member)
+	nodes  *RedisNodes // liveness, heartbeat and reap
+	own    bool        // nodes was made by (and is started and closed with) this store
 
 	mu      sync.Mutex
 	mirror  map[string]Member // entry (app, channel, socket, user) -> member
 	pending []string          // entries whose Leave failed, retried by the heartbeat
-	// resyncs write other per-node state again (TrackNodeState), nodeKeys are its key
-	// suffixes, deleted with a reaped node.
-	resyncs    []func(context.Context) error
-	nodeKeys   []string
-	bucketKeys []string // suffixes of per-node keys kept in every bucket (TrackNodeBucketState)
 	// inflight counts Joins and Leaves under way and ops those finished, so the heartbeat
 	// compares the mirror with Redis only at a quiet moment.
 	inflight atomic.Int64
 	ops      atomic.Uint64
-
-	stop     chan struct{}
-	done     chan struct{}
-	start    sync.Once
-	started  bool
-	stopOnce sync.Once
 }
 
 var _ PresenceStore = (*RedisPresence)(nil)
 
-// NewRedisPresence returns a store over rdb; call Start to heartbeat and reap. The client
-// stays the caller's.
+// NewRedisPresence returns a store over rdb; call Start (or the shared registry's Start) to
+// heartbeat and reap. The client stays the caller's.
 func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *RedisPresence {
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultRedisPrefix
-	}
-	if opts.NodeID == "" {
-		opts.NodeID = NewNodeID()
-	}
-	if opts.NodeTimeout <= 0 {
-		opts.NodeTimeout = DefaultNodeTimeout
+	own := opts.Nodes == nil
+	if own {
+		opts.Nodes = NewRedisNodes(rdb, RedisNodesOptions{Prefix: opts.Prefix, NodeID: opts.NodeID, NodeTimeout: opts.NodeTimeout, Logger: opts.Logger})
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Keys == nil {
-		opts.Keys = LegacyKeySpace(opts.Prefix)
+	p := &RedisPresence{
+		rdb: rdb, prefix: opts.Nodes.prefix, node: opts.Nodes.NodeID(), log: opts.Logger, nodes: opts.Nodes, own: own,
+		onGone: opts.OnGone, onBack: opts.OnBack, mirror: map[string]Member{},
 	}
-	return &RedisPresence{
-		rdb: rdb, keys: opts.Keys, node: opts.NodeID, ttl: opts.NodeTimeout, log: opts.Logger,
-		onGone: opts.OnGone, mirror: map[string]Member{}, stop: make(chan struct{}), done: make(chan struct{}),
-	}
+	p.nodes.Track(NodeState{Reap: p.reapNode, Resync: p.rejoin, Tick: p.tick, Closing: p.closing, owner: p})
+	return p
 }
 
-// Key names (keys.go): a channel's three hashes, the node set, a node's membership set of
-// the channel's bucket (the scripts touch it with the channel's hashes: one slot).
-func (p *RedisPresence) users(app, ch string) string   { return p.keys.ChannelKey("pu", app, ch) }
-func (p *RedisPresence) sockets(app, ch string) string { return p.keys.ChannelKey("ps", app, ch) }
-func (p *RedisPresence) counts(app, ch string) string  { return p.keys.ChannelKey("pc", app, ch) }
-func (p *RedisPresence) nodes() string                 { return p.keys.Prefix() + "nodes" }
-func (p *RedisPresence) memberSet(node, app, ch string) string {
-	return p.keys.NodeBucketKey(node, "presence", p.keys.Bucket(app, ch))
-}
+// Channel names cannot contain ':', so "<channel>:<app>" is unambiguous whatever the app id.
+func (p *RedisPresence) users(app, ch string) string   { return p.prefix + "pu:" + ch + ":" + app }
+func (p *RedisPresence) sockets(app, ch string) string { return p.prefix + "ps:" + ch + ":" + app }
+func (p *RedisPresence) counts(app, ch string) string  { return p.prefix + "pc:" + ch + ":" + app }
+func (p *RedisPresence) nodeSet() string               { return p.nodes.key() }
 
-// interval is the heartbeat period; deadAfter the silence after which a node is dead.
-func (p *RedisPresence) interval() time.Duration  { return p.ttl / 10 }
-func (p *RedisPresence) deadAfter() time.Duration { return p.ttl * 8 / 10 }
-
-// NodeKey is the per-node key with the given suffix; every key under it is deleted when the
-// node is reaped.
-func (p *RedisPresence) NodeKey(node, suffix string) string { return p.keys.NodeKey(node, suffix) }
+// NodeKey is the registry's per-node key (RedisNodes.NodeKey).
+func (p *RedisPresence) NodeKey(node, suffix string) string { return p.nodes.NodeKey(node, suffix) }
 
 // entry is a node-set member: app, channel, socket and user separated by NUL bytes (the
 // user id last, so it may contain anything).
@@ -144,7 +136,13 @@ func splitEntry(e string) (app, ch, socket, user string, ok bool) {
 	return f[0], f[1], f[2], f[3], true
 }
 
+// joinScript adds a membership (KEYS: users, sockets, counts, the node's set, the node
+// heartbeat set). A node that is not in the heartbeat set or is being reaped (RedisNodes'
+// mark: reaped, or closed and reaping itself) is refused with -1: every membership in Redis is then owned by a node some survivor
+// will reap, so no join landing late can leave a ghost member.
 var joinScript = redis.NewScript(`
+local alive = redis.call('ZSCORE', KEYS[5], ARGV[5])
+if not alive or tonumber(alive) < 0 then return -1 end
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 redis.call('SADD', KEYS[4], ARGV[4])
@@ -153,20 +151,60 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if redis.call('HINCRBY', KEYS[3], ARGV[2], 1) == 1 then return 1 end
 return 0`)
 
-// Join implements PresenceStore.
+// Join implements PresenceStore. A node the cluster does not list (before its first
+// heartbeat, or reaped during a pause) heartbeats first, which rejoins what it holds; after
+// Close every Join fails with ErrPresenceClosed.
 func (p *RedisPresence) Join(ctx context.Context, app, channel, socketID string, m Member) (bool, error) {
 	e := entry(app, channel, socketID, m.UserID)
 	p.inflight.Add(1)
 	defer p.opDone()
-	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, channel), p.sockets(app, channel), p.counts(app, channel), p.memberSet(p.node, app, channel)},
-		socketID, m.UserID, m.Info, e).Int()
+	first, err := p.join(ctx, e, m)
+	if errors.Is(err, errNodeUnknown) {
+		if err = p.nodes.Heartbeat(ctx); err == nil {
+			first, err = p.join(ctx, e, m)
+		}
+	}
 	if err != nil {
 		return false, err
 	}
 	p.mu.Lock()
 	p.mirror[e] = m
 	p.mu.Unlock()
+	return first, nil
+}
+
+// join runs the join script for entry e; first reports the user's first socket in the
+// channel, cluster-wide.
+func (p *RedisPresence) join(ctx context.Context, e string, m Member) (bool, error) {
+	if p.nodes.closed.Load() {
+		return false, ErrPresenceClosed
+	}
+	app, ch, socket, _, _ := splitEntry(e)
+	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence"), p.nodeSet()},
+		socket, m.UserID, m.Info, e, p.node).Int()
+	switch {
+	case err != nil:
+		return false, err
+	case n < 0 && p.nodes.closed.Load():
+		return false, ErrPresenceClosed
+	case n < 0:
+		return false, errNodeUnknown
+	}
 	return n == 1, nil
+}
+
+// rejoinEntry joins e again for the store itself (rejoin, verify) and announces a user
+// Redis had removed through OnBack.
+func (p *RedisPresence) rejoinEntry(ctx context.Context, e string, m Member) error {
+	first, err := p.join(ctx, e, m)
+	if err != nil {
+		return err
+	}
+	if first && p.onBack != nil {
+		app, ch, socket, _, _ := splitEntry(e)
+		p.onBack(app, ch, socket, m)
+	}
+	return nil
 }
 
 var leaveScript = redis.NewScript(`
@@ -203,7 +241,7 @@ func (p *RedisPresence) opDone() {
 
 func (p *RedisPresence) leave(ctx context.Context, e string) (bool, error) {
 	app, ch, socket, user, _ := splitEntry(e)
-	n, err := leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.memberSet(p.node, app, ch)},
+	n, err := leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
 		socket, user, e).Int()
 	return n == 1, err
 }
@@ -220,270 +258,4 @@ func (p *RedisPresence) Members(ctx context.Context, app, channel string) ([]Mem
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UserID < out[j].UserID })
 	return out, nil
-}
-
-// Start heartbeats at once, then every NodeTimeout/10, reaping dead nodes each time.
-func (p *RedisPresence) Start() {
-	p.start.Do(func() {
-		p.started = true
-		go p.loop()
-	})
-}
-
-func (p *RedisPresence) loop() {
-	defer close(p.done)
-	t := time.NewTicker(p.interval())
-	defer t.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), max(p.interval(), time.Second))
-		if err := p.Heartbeat(ctx); err != nil {
-			p.log.Warn("redis presence heartbeat failed", "error", err, "node", p.node)
-		}
-		cancel()
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// Heartbeat marks this node alive, repairs its memberships if Redis forgot the node,
-// retries failed leaves and reaps nodes silent for 8/10 of NodeTimeout.
-func (p *RedisPresence) Heartbeat(ctx context.Context) error {
-	now := time.Now()
-	added, err := p.rdb.ZAdd(ctx, p.nodes(), redis.Z{Score: float64(now.UnixMilli()), Member: p.node}).Result()
-	if err != nil {
-		return err
-	}
-	if added == 1 {
-		if err := p.rejoin(ctx); err != nil {
-			return err
-		}
-	}
-	if err := p.retryLeaves(ctx); err != nil {
-		return err
-	}
-	if added == 0 {
-		if err := p.verify(ctx); err != nil {
-			return err
-		}
-	}
-	dead, err := p.rdb.ZRangeByScore(ctx, p.nodes(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.Add(-p.deadAfter()).UnixMilli(), 10)}).Result()
-	if err != nil {
-		return err
-	}
-	for _, node := range dead {
-		if node == p.node {
-			continue
-		}
-		n, err := p.Reap(ctx, node, now.Add(-p.deadAfter()))
-		if err != nil {
-			return err
-		}
-		p.log.Info("reaped a dead node", "node", node, "users_gone", n, "by", p.node)
-	}
-	return nil
-}
-
-func (p *RedisPresence) rejoin(ctx context.Context) error {
-	p.mu.Lock()
-	mirror := make(map[string]Member, len(p.mirror))
-	for e, m := range p.mirror {
-		mirror[e] = m
-	}
-	resyncs := p.resyncs
-	p.mu.Unlock()
-	if err := runResyncs(ctx, resyncs); err != nil {
-		return err
-	}
-	if len(mirror) > 0 {
-		p.log.Warn("redis had forgotten this node; joining its presence members again", "node", p.node, "memberships", len(mirror))
-	}
-	for e, m := range mirror {
-		app, ch, socket, _, _ := splitEntry(e)
-		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.memberSet(p.node, app, ch)},
-			socket, m.UserID, m.Info, e).Err(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// verify repairs this node's memberships when Redis holds a different number of them than
-// the mirror: writes lost to a Sentinel failover (replication is asynchronous) or to a
-// Cluster shard's failover. Memberships Redis lacks are joined again; ones the node no
-// longer has are left (a last one is reported through OnGone). The check is one SCARD, made
-// only while no Join or Leave is under way.
-func (p *RedisPresence) verify(ctx context.Context) error {
-	ops := p.ops.Load()
-	if p.inflight.Load() != 0 {
-		return nil
-	}
-	p.mu.Lock()
-	n := len(p.mirror)
-	p.mu.Unlock()
-	card, err := p.cardAll(ctx, p.node)
-	if err != nil || int(card) == n || p.inflight.Load() != 0 || p.ops.Load() != ops {
-		return err
-	}
-	have, err := p.membersAll(ctx, p.node)
-	if err != nil {
-		return err
-	}
-	p.mu.Lock()
-	if p.inflight.Load() != 0 || p.ops.Load() != ops {
-		p.mu.Unlock()
-		return nil // changed meanwhile: the next heartbeat looks again
-	}
-	mirror := make(map[string]Member, len(p.mirror))
-	for e, m := range p.mirror {
-		mirror[e] = m
-	}
-	resyncs := p.resyncs
-	p.mu.Unlock()
-	p.log.Warn("redis presence differs from this node's; repairing", "node", p.node, "redis", card, "node_has", n)
-	inRedis := make(map[string]bool, len(have))
-	for _, e := range have {
-		inRedis[e] = true
-		if _, ok := mirror[e]; ok {
-			continue
-		}
-		last, err := p.leave(ctx, e)
-		if err != nil {
-			return err
-		}
-		if last && p.onGone != nil {
-			app, ch, _, user, _ := splitEntry(e)
-			p.onGone(app, ch, user)
-		}
-	}
-	for e, m := range mirror {
-		if inRedis[e] {
-			continue
-		}
-		app, ch, socket, _, _ := splitEntry(e)
-		if err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.memberSet(p.node, app, ch)},
-			socket, m.UserID, m.Info, e).Err(); err != nil {
-			return err
-		}
-	}
-	return runResyncs(ctx, resyncs)
-}
-
-func (p *RedisPresence) retryLeaves(ctx context.Context) error {
-	p.mu.Lock()
-	pending := p.pending
-	p.pending = nil
-	p.mu.Unlock()
-	for i, e := range pending {
-		last, err := p.leave(ctx, e)
-		if err != nil {
-			p.mu.Lock()
-			p.pending = append(p.pending, pending[i:]...)
-			p.mu.Unlock()
-			return err
-		}
-		if last && p.onGone != nil {
-			app, ch, _, user, _ := splitEntry(e)
-			p.onGone(app, ch, user)
-		}
-	}
-	return nil
-}
-
-// reapScript removes the given memberships (ARGV[3..], each as entry, socket, user) of a dead node and, once none are
-// left, forgets the node and deletes its other keys. KEYS are the node's membership set, the
-// node heartbeat set, then the sockets, counts and users hashes of each membership in turn,
-// then the node's other keys: every key arrives in KEYS, as Redis Cluster requires. A node
-// that heartbeated since it was found dead (ZSCORE above ARGV[2]) is left alone. A
-// membership another reaper already removed (SREM answers 0) is skipped, so concurrent
-// reapers remove each exactly once. It returns {done, i, ...}: the 1-based indexes of the
-// memberships whose user lost their last socket in the channel.
-var reapScript = redis.NewScript(`
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if score and tonumber(score) > tonumber(ARGV[2]) then return {1} end
-local out = {0}
-local n = (#ARGV - 2) / 3
-for i = 1, n do
-  local e, socket, user = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
-  if redis.call('SREM', KEYS[1], e) == 1 then
-    local S, C, U = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
-    if redis.call('HGET', S, socket) == user then
-      redis.call('HDEL', S, socket)
-      if redis.call('HINCRBY', C, user, -1) <= 0 then
-        redis.call('HDEL', C, user)
-        redis.call('HDEL', U, user)
-        table.insert(out, i)
-      end
-    end
-  end
-end
-if redis.call('SCARD', KEYS[1]) == 0 then
-  out[1] = 1
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  for k = 3 * n + 3, #KEYS do redis.call('DEL', KEYS[k]) end
-end
-return out`)
-
-// Reap removes a node whose last heartbeat is not after cutoff, batch by batch, calling
-// OnGone for each user who left; it returns how many did. Survivors may reap the same node
-// concurrently: the script's SREM hands each membership to exactly one of them.
-func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time) (int, error) {
-	return p.reapBuckets(ctx, node, cutoff)
-}
-
-// reapSet reaps one membership set of node: set's slot holds the memberships' hashes,
-// nodesKey (the node set, or a key of that slot that never exists) and delKeys, the node's
-// keys of that slot deleted once the set is empty.
-func (p *RedisPresence) reapSet(ctx context.Context, node string, cutoff time.Time, set, nodesKey string, delKeys []string) (int, error) {
-	gone := 0
-	for {
-		batch, err := p.rdb.SRandMemberN(ctx, set, reapBatch).Result()
-		if err != nil {
-			return gone, err
-		}
-		keys := []string{set, nodesKey}
-		args := []any{node, cutoff.UnixMilli()}
-		for _, e := range batch {
-			app, ch, socket, user, _ := splitEntry(e)
-			keys = append(keys, p.sockets(app, ch), p.counts(app, ch), p.users(app, ch))
-			args = append(args, e, socket, user)
-		}
-		keys = append(keys, delKeys...)
-		res, err := reapScript.Run(ctx, p.rdb, keys, args...).Slice()
-		if err != nil {
-			return gone, err
-		}
-		for _, v := range res[1:] {
-			i, _ := v.(int64)
-			if i < 1 || int(i) > len(batch) {
-				continue
-			}
-			gone++
-			if p.onGone != nil {
-				app, ch, _, user, _ := splitEntry(batch[i-1])
-				p.onGone(app, ch, user)
-			}
-		}
-		if done, _ := res[0].(int64); done == 1 {
-			return gone, nil
-		}
-	}
-}
-
-// Close stops the heartbeat and reaps this node's leftovers (memberships whose leave never
-// reached Redis), reporting them through OnGone, so a clean shutdown leaves nothing for
-// the survivors. Close the pusher server first so that its sockets leave normally.
-func (p *RedisPresence) Close() error {
-	p.stopOnce.Do(func() { close(p.stop) })
-	p.start.Do(func() {})
-	if p.started {
-		<-p.done
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = p.retryLeaves(ctx)
-	_, err := p.Reap(ctx, p.node, time.Now().Add(time.Hour))
-	return err
 }

@@ -2,8 +2,10 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -17,8 +19,9 @@ func TestPresenceHeartbeatRepairsLostWrites(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	var gone []string
-	p := NewRedisPresence(rdb, RedisPresenceOptions{NodeID: "n1", OnGone: func(_, _, u string) { gone = append(gone, u) }})
+	var gone, back []string
+	p := NewRedisPresence(rdb, RedisPresenceOptions{NodeID: "n1", OnGone: func(_, _, u string) { gone = append(gone, u) },
+		OnBack: func(_, _, _ string, m Member) { back = append(back, m.UserID) }})
 	if err := p.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +36,8 @@ func TestPresenceHeartbeatRepairsLostWrites(t *testing.T) {
 	}
 	// ... and a membership the node no longer has survives there.
 	ghost := entry("app", "presence-r", "1.3", "u3")
-	keys := []string{p.users("app", "presence-r"), p.sockets("app", "presence-r"), p.counts("app", "presence-r"), p.NodeKey("n1", "presence")}
-	if err := joinScript.Run(ctx, rdb, keys, "1.3", "u3", "{}", ghost).Err(); err != nil {
+	keys := []string{p.users("app", "presence-r"), p.sockets("app", "presence-r"), p.counts("app", "presence-r"), p.NodeKey("n1", "presence"), p.nodeSet()}
+	if err := joinScript.Run(ctx, rdb, keys, "1.3", "u3", "{}", ghost, "n1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The check compares counts (2 and 2 so far, different ones): a third membership whose
@@ -59,7 +62,45 @@ func TestPresenceHeartbeatRepairsLostWrites(t *testing.T) {
 	if !slices.Equal(ids, []string{"u1", "u2", "u4"}) || !slices.Equal(gone, []string{"u3"}) {
 		t.Fatalf("members %q, gone %q", ids, gone)
 	}
+	// u2 had left in Redis, so its return is announced (member_added); u4 had not (only
+	// its node-set entry was lost), so nothing is.
+	if !slices.Equal(back, []string{"u2"}) {
+		t.Fatalf("announced back %q, want [u2]", back)
+	}
 	if n, err := rdb.SCard(ctx, p.NodeKey("n1", "presence")).Result(); err != nil || n != 3 {
 		t.Fatalf("node set has %d entries (%v)", n, err)
+	}
+}
+
+// TestPresenceLateJoinAfterReap is the ghost-member half of issue 20's fault 6: a join
+// script that reaches Redis after a survivor reaped its node (a paused node's, already on
+// the wire) is refused, so it cannot add a member under a node nobody will reap; the node's
+// next Join registers the node again first, and what it adds is owned by a listed node.
+func TestPresenceLateJoinAfterReap(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	p := NewRedisPresence(rdb, RedisPresenceOptions{NodeID: "n1"})
+	survivor := NewRedisPresence(rdb, RedisPresenceOptions{NodeID: "n2"})
+	t.Cleanup(func() { _ = p.Close(); _ = survivor.Close() })
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := survivor.nodes.reap(ctx, survivor.nodes.snapshot(), "n1", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	m := Member{UserID: "u1", Info: []byte(`{}`)}
+	if _, err := p.join(ctx, entry("app", "presence-r", "1.1", "u1"), m); !errors.Is(err, errNodeUnknown) {
+		t.Fatalf("a join landing after its node's reap: err %v, want errNodeUnknown", err)
+	}
+	if ms, err := p.Members(ctx, "app", "presence-r"); err != nil || len(ms) != 0 {
+		t.Fatalf("members after the refused join: %+v %v", ms, err)
+	}
+	if first, err := p.Join(ctx, "app", "presence-r", "1.1", m); err != nil || !first {
+		t.Fatalf("Join re-registering the node: first=%v err=%v", first, err)
+	}
+	if _, err := rdb.ZScore(ctx, p.nodeSet(), "n1").Result(); err != nil {
+		t.Fatalf("the node owning the member is not listed for reaping: %v", err)
 	}
 }

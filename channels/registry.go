@@ -28,6 +28,9 @@ type channel struct {
 	mu   sync.RWMutex
 	subs map[string]Subscriber
 	dead bool
+	// deflating counts the subscribers with a compressor (deflate.go): while it is 0 a
+	// broadcast costs exactly what it did before compression existed.
+	deflating int
 }
 
 type shard struct {
@@ -144,6 +147,9 @@ func (r *Registry) Subscribe(app, name string, sub Subscriber) (count int, added
 	if _, dup := ch.subs[sub.SocketID()]; !dup {
 		ch.subs[sub.SocketID()] = sub
 		added = true
+		if deflaterOf(sub) != nil {
+			ch.deflating++
+		}
 	}
 	count = len(ch.subs)
 	if added && count == 1 && r.router != nil {
@@ -189,9 +195,12 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 		return 0, false
 	}
 	ch.mu.Lock()
-	if _, ok := ch.subs[socketID]; ok {
+	if old, ok := ch.subs[socketID]; ok {
 		delete(ch.subs, socketID)
 		removed = true
+		if deflaterOf(old) != nil {
+			ch.deflating--
+		}
 	}
 	remaining = len(ch.subs)
 	drop := remaining == 0 && !ch.dead
@@ -332,12 +341,16 @@ func (r *Registry) DeliverLocal(m Message) int {
 	}
 	n := 0
 	ch.mu.RLock()
-	for id, sub := range ch.subs {
-		if id == m.Except && m.Except != "" {
-			continue
+	if ch.deflating > 0 {
+		n = ch.deliverDeflating(m)
+	} else {
+		for id, sub := range ch.subs {
+			if id == m.Except && m.Except != "" {
+				continue
+			}
+			sub.Send(m.Frame)
+			n++
 		}
-		sub.Send(m.Frame)
-		n++
 	}
 	ch.mu.RUnlock()
 	r.sent.add(n, len(m.Frame))

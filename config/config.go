@@ -25,18 +25,31 @@ type Server struct {
 	Port int    `mapstructure:"port"` // default 8080
 	// Path is an optional prefix for every route ("" = none, else "/x" without trailing slash).
 	Path string `mapstructure:"path"`
+	// PublicURL is the scheme and host clients reach this server at (e.g.
+	// "https://ws.example.com", no path): the MCP endpoint's resource identifier is
+	// {public_url}{path}/toolmark/mcp, which every MCP token must carry in aud. "" = built
+	// from each request (TLS, or X-Forwarded-Proto from a trusted proxy, and Host).
+	PublicURL string `mapstructure:"public_url"`
 	// MaxRequestSize bounds the Pusher HTTP API body in bytes (default 10000).
 	MaxRequestSize int64 `mapstructure:"max_request_size"`
 	TLS            TLS   `mapstructure:"tls"`
 	// ShutdownTimeoutSeconds bounds how long in-flight HTTP requests may take on SIGTERM (default 10).
 	ShutdownTimeoutSeconds int `mapstructure:"shutdown_timeout"`
 	Log                    Log `mapstructure:"log"`
+	// TrustedProxies lists reverse proxies (IP addresses or CIDR prefixes, e.g. "127.0.0.1",
+	// "10.0.0.0/8") whose X-Forwarded-For names the client, for the per-client limits (the
+	// share of pending request bodies, console logins), and whose X-Forwarded-Proto is
+	// believed for the MCP resource URL when PublicURL is empty. Empty: the peer is the
+	// client, and X-Forwarded-Proto is believed from loopback peers only.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
 	// WriteCoalesceMS is the longest, in milliseconds, that a frame for a socket may wait for
 	// more frames to join it in one write. The wait is adaptive: it applies only while the
 	// socket's flusher is busy (its previous round wrote, or left waiting, dozens of
 	// sockets), so an idle server writes at once. 0 = off (every frame is written as soon as it is
 	// queued); absent = DefaultWriteCoalesceMS. A pointer: an explicit 0 is not "default".
 	WriteCoalesceMS *int `mapstructure:"write_coalesce_ms"`
+	// Compression is permessage-deflate (compression.go); off by default.
+	Compression Compression `mapstructure:"compression"`
 }
 
 // WriteCoalesce is the effective coalescing window (0 = off).
@@ -91,6 +104,11 @@ type Scaling struct {
 	// keys over Redis Cluster slots; "broadcast" is the single pub/sub channel and single hash
 	// tag of earlier versions, to roll a cluster of them (see README).
 	Routing string `mapstructure:"routing"`
+	// WebhookLease is how many seconds a node owns a webhook URL's outbox without renewing
+	// it (default 15): a node that dies while delivering is taken over after at most this
+	// long. It is renewed every quarter of it while a batch is in flight, so it must be
+	// longer than every webhook's timeout plus that renewal interval.
+	WebhookLease int `mapstructure:"webhook_lease"`
 }
 
 // Routings scaling.routing accepts.
@@ -156,6 +174,8 @@ type App struct {
 	EnableUserAuthentication *bool `mapstructure:"enable_user_authentication"`
 	// ClientEventRateLimit per connection per second; 0 = unlimited (default 10).
 	ClientEventRateLimit *int `mapstructure:"client_event_rate_limit"`
+	// RateLimiting is Reverb's per-connection message limit (ratelimit.go).
+	RateLimiting RateLimiting `mapstructure:"rate_limiting"`
 	// MaxPresenceMembers per presence channel (default 100).
 	MaxPresenceMembers int `mapstructure:"max_presence_members"`
 	// MaxBatchSize of batch_events (default 10).
@@ -180,9 +200,21 @@ type Toolmark struct {
 }
 
 // ToolmarkMCP configures the MCP endpoint for one app: MCP clients authenticate with an HS256
-// JWT signed with the app's secret (iss = the app's key).
+// JWT signed with the app's secret (iss = the app's key), or with a token of the app's own
+// authorization server (Issuer plus JWKSURL or JWKSFile; RS256, ES256 or EdDSA).
 type ToolmarkMCP struct {
 	Enabled bool `mapstructure:"enabled"` // default false: the endpoint answers 403 for this app
+	// Issuer is the iss of the app's authorization server's tokens ("" = HS256 tokens only).
+	Issuer string `mapstructure:"issuer"`
+	// JWKSURL (http or https) or JWKSFile holds the server's public keys; exactly one with Issuer.
+	JWKSURL  string `mapstructure:"jwks_url"`
+	JWKSFile string `mapstructure:"jwks_file"`
+	// AuthorizationServers are announced in the protected resource metadata (RFC 9728) so an
+	// MCP client knows where to get a token (default: [Issuer] when Issuer is set).
+	AuthorizationServers []string `mapstructure:"authorization_servers"`
+	// MaxTokenLifetimeS refuses a token whose exp is further than this from its iat (or from
+	// now without iat), in seconds (default 86400).
+	MaxTokenLifetimeS int `mapstructure:"max_token_lifetime_s"`
 }
 
 // Page authentication modes (toolmark.page_auth).
@@ -198,6 +230,12 @@ type Webhook struct {
 	// Headers are sent with every POST to URL, e.g. {Authorization: "Bearer ..."} for a
 	// receiver behind a gateway. They cannot replace the headers the signature relies on.
 	Headers map[string]string `mapstructure:"headers"`
+	// Timeout bounds one POST, in seconds (default 10). With scaling it must be shorter
+	// than scaling.webhook_lease minus its renewal interval (a quarter of the lease).
+	Timeout int `mapstructure:"timeout"`
+	// RetryFor is how long, in seconds, a batch that gets no 2xx is retried after its first
+	// attempt before it is dropped (default 300, Pusher's 5 minutes).
+	RetryFor int `mapstructure:"retry_for"`
 }
 
 // IsEnabled reports the effective enabled flag.

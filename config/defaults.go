@@ -17,8 +17,12 @@ const (
 	DefaultMaxBatchSize         = 10
 	DefaultCallTimeoutMS        = 30000
 	DefaultMaxTimeoutMS         = 600000
+	DefaultMaxTokenLifetimeS    = 86400
 	DefaultScalingChannel       = "reverb"
 	DefaultNodeTimeout          = 10
+	DefaultWebhookLease         = 15  // seconds
+	DefaultWebhookTimeout       = 10  // seconds
+	DefaultWebhookRetryFor      = 300 // seconds: Pusher's 5 minutes
 	DefaultLogFormat            = "json"
 	DefaultLogLevel             = "info"
 	// DefaultWriteCoalesceMS: adaptive coalescing, up to 2 ms, on by default. Under load
@@ -44,6 +48,7 @@ func (c *Config) ApplyDefaults() {
 		s.Port = DefaultPort
 	}
 	s.Path = normalizePath(s.Path)
+	s.PublicURL = strings.TrimRight(strings.TrimSpace(s.PublicURL), "/")
 	if s.MaxRequestSize == 0 {
 		s.MaxRequestSize = DefaultMaxRequestSize
 	}
@@ -59,6 +64,7 @@ func (c *Config) ApplyDefaults() {
 	if s.WriteCoalesceMS == nil {
 		s.WriteCoalesceMS = ptr(DefaultWriteCoalesceMS)
 	}
+	s.Compression.applyDefaults()
 	if c.Scaling.Channel == "" {
 		c.Scaling.Channel = DefaultScalingChannel
 	}
@@ -66,6 +72,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Scaling.Routing == "" {
 		c.Scaling.Routing = RoutingInterest
 	}
+	setInt(&c.Scaling.WebhookLease, DefaultWebhookLease)
 	for i := range c.Apps {
 		c.Apps[i].applyDefaults()
 	}
@@ -83,8 +90,17 @@ func (a *App) applyDefaults() {
 	setInt(&a.MaxMessageSize, DefaultMaxMessageSize)
 	setInt(&a.MaxPresenceMembers, DefaultMaxPresenceMembers)
 	setInt(&a.MaxBatchSize, DefaultMaxBatchSize)
+	a.RateLimiting.applyDefaults()
 	setInt(&a.Toolmark.CallTimeoutMS, DefaultCallTimeoutMS)
 	setInt(&a.Toolmark.MaxTimeoutMS, DefaultMaxTimeoutMS)
+	for i := range a.Webhooks {
+		setInt(&a.Webhooks[i].Timeout, DefaultWebhookTimeout)
+		setInt(&a.Webhooks[i].RetryFor, DefaultWebhookRetryFor)
+	}
+	setInt(&a.Toolmark.MCP.MaxTokenLifetimeS, DefaultMaxTokenLifetimeS)
+	if m := &a.Toolmark.MCP; len(m.AuthorizationServers) == 0 && m.Issuer != "" {
+		m.AuthorizationServers = []string{m.Issuer}
+	}
 	if a.Toolmark.PageAuth == "" {
 		a.Toolmark.PageAuth = PageAuthToken
 	}

@@ -146,6 +146,7 @@ var appEnvNames = []string{
 	"REVERB_APP_ID", "REVERB_APP_KEY", "REVERB_APP_SECRET",
 	"REVERB_APP_PING_INTERVAL", "REVERB_APP_ACTIVITY_TIMEOUT", "REVERB_APP_MAX_CONNECTIONS",
 	"REVERB_APP_MAX_MESSAGE_SIZE", "REVERB_APP_ACCEPT_CLIENT_EVENTS_FROM",
+	envRateLimitEnabled, envRateLimitMax, envRateLimitDecay, envRateLimitTerminate,
 }
 
 func (c *Config) applyAppEnv(l lookupFunc) error {
@@ -180,7 +181,7 @@ func (c *Config) applyAppEnv(l lookupFunc) error {
 			return err
 		}
 	}
-	return nil
+	return applyRateLimitEnv(l, &a.RateLimiting)
 }
 
 // splitList splits a comma-separated environment value into trimmed, non-empty items.

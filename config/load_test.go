@@ -155,7 +155,9 @@ func TestLoadRejectsUnknownKeys(t *testing.T) {
 		{minimal + "    toolmark: {enabled: true, mcp: {enabled: true, path: x}}\n", "apps[0].toolmark.mcp.path"},
 		{minimal + "    webhooks: [{url: 'http://x', events: [a]}]\n", "apps[0].webhooks[0].events"},
 		// Reverb's PHP names that this server does not have are refused, not ignored.
-		{minimal + "    rate_limiting: {enabled: true}\n", "apps[0].rate_limiting"},
+		// (rate_limiting is Reverb's and is honoured, see ratelimit_test.go; options is the
+		// Laravel side's connection info and has no meaning to a server.)
+		{minimal + "    options: {host: x}\n", "apps[0].options"},
 	}
 	for _, tt := range tests {
 		_, err := Load(writeFile(t, tt.yaml))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -63,6 +64,7 @@ func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateServer(v)
 	c.validateScaling(v)
+	c.validateWebhookLease(v)
 	if c.Console.Enabled && strings.TrimSpace(c.Console.Token) == "" {
 		v.add("console.token", "is required when console.enabled is true")
 	}
@@ -75,6 +77,7 @@ func (c *Config) Validate() error {
 	byKey := make(map[string]*App, len(c.Apps))
 	firstID := make(map[string]int, len(c.Apps))
 	firstKey := make(map[string]int, len(c.Apps))
+	firstIssuer := map[string]int{}
 	for i := range c.Apps {
 		a := &c.Apps[i]
 		p := fmt.Sprintf("apps[%d]", i)
@@ -91,6 +94,14 @@ func (c *Config) Validate() error {
 				v.add(p+".key", "duplicate of apps[%d].key", j)
 			} else {
 				firstKey[a.Key], byKey[a.Key] = i, a
+			}
+		}
+		if iss := a.Toolmark.MCP.Issuer; iss != "" {
+			// The issuer picks the app (and its keys) of a JWKS token: one app per issuer.
+			if j, dup := firstIssuer[iss]; dup {
+				v.add(p+".toolmark.mcp.issuer", "duplicate of apps[%d].toolmark.mcp.issuer %q", j, iss)
+			} else {
+				firstIssuer[iss] = i
 			}
 		}
 	}
@@ -113,6 +124,18 @@ func (c *Config) validateServer(v *validator) {
 	v.nonNegative("server.shutdown_timeout", int64(s.ShutdownTimeoutSeconds))
 	if ms := s.WriteCoalesceMS; ms != nil && (*ms < 0 || *ms > MaxWriteCoalesceMS) {
 		v.add("server.write_coalesce_ms", "must be between 0 (off) and %d milliseconds, got %d", MaxWriteCoalesceMS, *ms)
+	}
+	for i, tp := range s.TrustedProxies {
+		if !validProxy(tp) {
+			v.add(fmt.Sprintf("server.trusted_proxies[%d]", i), "must be an IP address or a CIDR prefix, got %q", tp)
+		}
+	}
+	s.Compression.validate(v)
+	if s.PublicURL != "" {
+		if u, err := url.Parse(s.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			v.add("server.public_url", "must be an absolute http(s) URL without path, query or fragment, like \"https://ws.example.com\", got %q", s.PublicURL)
+		}
 	}
 	switch {
 	case s.TLS.Cert != "" && s.TLS.Key == "":
@@ -217,6 +240,7 @@ func (a *App) validate(v *validator, p string) {
 	}
 	v.positive(p+".max_presence_members", int64(a.MaxPresenceMembers))
 	v.positive(p+".max_batch_size", int64(a.MaxBatchSize))
+	a.RateLimiting.validate(v, p+".rate_limiting")
 
 	t := &a.Toolmark
 	v.positive(p+".toolmark.call_timeout_ms", int64(t.CallTimeoutMS))
@@ -230,6 +254,7 @@ func (a *App) validate(v *validator, p string) {
 	default:
 		v.add(p+".toolmark.page_auth", "must be one of token, socket_id, got %q", t.PageAuth)
 	}
+	a.validateMCP(v, p+".toolmark.mcp")
 
 	for j, w := range a.Webhooks {
 		wp := fmt.Sprintf("%s.webhooks[%d]", p, j)
@@ -242,7 +267,43 @@ func (a *App) validate(v *validator, p string) {
 			}
 		}
 		checkWebhookHeaders(v, wp+".headers", w.Headers)
+		v.positive(wp+".timeout", int64(w.Timeout))
+		v.positive(wp+".retry_for", int64(w.RetryFor))
 	}
+}
+
+// validateWebhookLease: with scaling, a webhook's POST must end (its timeout) before the
+// outbox lease could lapse after a renewal that came just too late (one renewal interval,
+// a quarter of the lease); otherwise another node could take the batch while it is posted.
+func (c *Config) validateWebhookLease(v *validator) {
+	if !c.Scaling.Enabled {
+		return
+	}
+	lease := c.Scaling.WebhookLease
+	v.positive("scaling.webhook_lease", int64(lease))
+	if lease <= 0 {
+		return
+	}
+	for i, a := range c.Apps {
+		for j, w := range a.Webhooks {
+			// lease > timeout + lease/4, in milliseconds so a quarter second counts.
+			if int64(lease)*1000 <= int64(w.Timeout)*1000+int64(lease)*250 {
+				v.add(fmt.Sprintf("apps[%d].webhooks[%d].timeout", i, j),
+					"must be shorter than scaling.webhook_lease (%d s) minus its renewal interval (a quarter of it), got %d s; raise scaling.webhook_lease", lease, w.Timeout)
+			}
+		}
+	}
+}
+
+// validProxy accepts what httpguard.ParseProxy parses: an IP address or a CIDR prefix.
+func validProxy(s string) bool {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		_, err := netip.ParsePrefix(s)
+		return err == nil
+	}
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // checkToken requires a non-empty printable ASCII string without spaces or any of forbidden.
@@ -256,5 +317,34 @@ func checkToken(v *validator, key, s, forbidden string) {
 			v.add(key, "must be printable ASCII without spaces or any of %q, got %q", forbidden, s)
 			return
 		}
+	}
+}
+
+// validateMCP checks the app's MCP token settings: an issuer needs exactly one key source, and
+// every URL announced or fetched is absolute.
+func (a *App) validateMCP(v *validator, p string) {
+	m := &a.Toolmark.MCP
+	v.positive(p+".max_token_lifetime_s", int64(m.MaxTokenLifetimeS))
+	absolute := func(key, s string) {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(key, "must be an absolute http(s) URL, got %q", s)
+		}
+	}
+	switch {
+	case m.Issuer == "" && (m.JWKSURL != "" || m.JWKSFile != ""):
+		v.add(p+".issuer", "must be set with jwks_url or jwks_file")
+	case m.Issuer != "" && m.JWKSURL == "" && m.JWKSFile == "":
+		v.add(p+".jwks_url", "one of jwks_url and jwks_file must be set with issuer")
+	case m.JWKSURL != "" && m.JWKSFile != "":
+		v.add(p+".jwks_file", "must not be set with jwks_url (one key source)")
+	}
+	if m.Issuer == a.Key && m.Issuer != "" {
+		v.add(p+".issuer", "must differ from the app key (the iss of the HS256 tokens)")
+	}
+	if m.JWKSURL != "" {
+		absolute(p+".jwks_url", m.JWKSURL)
+	}
+	for j, s := range m.AuthorizationServers {
+		absolute(fmt.Sprintf("%s.authorization_servers[%d]", p, j), s)
 	}
 }

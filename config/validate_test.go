@@ -30,6 +30,17 @@ func TestValidationErrors(t *testing.T) {
 		{"enum is case-sensitive", minimal + "    accept_client_events_from: Members\n", "apps[0].accept_client_events_from"},
 		{"origin glob in the middle", minimal + "    allowed_origins: [\"app-*.example.com\"]\n", "apps[0].allowed_origins[0]: origin pattern"},
 		{"bad page_auth", minimal + "    toolmark: {page_auth: none}\n", "apps[0].toolmark.page_auth: must be one of token, socket_id"},
+		{"public_url with a path", "server: {public_url: 'https://ws.example.com/x'}\n" + minimal, "server.public_url: must be an absolute http(s) URL without path"},
+		{"public_url without scheme", "server: {public_url: 'ws.example.com'}\n" + minimal, "server.public_url"},
+		{"trusted proxy not a CIDR", "server: {trusted_proxies: ['10.0.0.0/33']}\n" + minimal, "server.trusted_proxies[0]: must be an IP address or a CIDR"},
+		{"mcp issuer without keys", minimal + "    toolmark: {mcp: {issuer: 'https://a.example'}}\n", "apps[0].toolmark.mcp.jwks_url: one of jwks_url and jwks_file"},
+		{"mcp keys without issuer", minimal + "    toolmark: {mcp: {jwks_file: /k.json}}\n", "apps[0].toolmark.mcp.issuer: must be set with jwks_url or jwks_file"},
+		{"mcp two key sources", minimal + "    toolmark: {mcp: {issuer: 'https://a', jwks_url: 'https://a/j', jwks_file: /k.json}}\n", "apps[0].toolmark.mcp.jwks_file: must not be set with jwks_url"},
+		{"mcp jwks_url relative", minimal + "    toolmark: {mcp: {issuer: 'https://a', jwks_url: /j}}\n", "apps[0].toolmark.mcp.jwks_url: must be an absolute http(s) URL"},
+		{"mcp issuer is the app key", minimal + "    toolmark: {mcp: {issuer: k1, jwks_file: /k.json}}\n", "apps[0].toolmark.mcp.issuer: must differ from the app key"},
+		{"mcp duplicate issuer", minimal + "    toolmark: {mcp: {issuer: 'https://a', jwks_file: /k.json}}\n" + app2 + ", toolmark: {mcp: {issuer: 'https://a', jwks_file: /k.json}}}\n", `apps[1].toolmark.mcp.issuer: duplicate of apps[0].toolmark.mcp.issuer "https://a"`},
+		{"mcp authorization server relative", minimal + "    toolmark: {mcp: {authorization_servers: [/as]}}\n", "apps[0].toolmark.mcp.authorization_servers[0]: must be an absolute http(s) URL"},
+		{"mcp negative lifetime", minimal + "    toolmark: {mcp: {max_token_lifetime_s: -1}}\n", "apps[0].toolmark.mcp.max_token_lifetime_s: must be > 0"},
 		{"negative max_connections", minimal + "    max_connections: -1\n", "apps[0].max_connections: must be >= 0"},
 		{"negative max_message_size", minimal + "    max_message_size: -1\n", "apps[0].max_message_size: must be > 0"},
 		{"negative rate limit", minimal + "    client_event_rate_limit: -1\n", "apps[0].client_event_rate_limit: must be >= 0"},
@@ -40,12 +51,24 @@ func TestValidationErrors(t *testing.T) {
 		{"write_coalesce_ms negative", "server: {write_coalesce_ms: -1}\n" + minimal,
 			"server.write_coalesce_ms: must be between 0 (off) and 1000 milliseconds, got -1"},
 		{"write_coalesce_ms too long", "server: {write_coalesce_ms: 1001}\n" + minimal, "server.write_coalesce_ms: must be between 0 (off) and 1000"},
+		{"trusted_proxies not an address", "server: {trusted_proxies: [\"10.0.0.0/8\", \"proxy.local\"]}\n" + minimal,
+			"server.trusted_proxies[1]: must be an IP address or a CIDR prefix, got \"proxy.local\""},
 		{"port too big", "server: {port: 65536}\n" + minimal, "server.port: must be between 1 and 65535"},
 		{"port negative", "server: {port: -1}\n" + minimal, "server.port: must be between 1 and 65535"},
 		{"activity_timeout negative", minimal + "    activity_timeout: -1\n", "apps[0].activity_timeout: must be > 0"},
 		{"ping_interval negative", minimal + "    ping_interval: -5\n", "apps[0].ping_interval: must be > 0"},
 		{"tls cert only", "server: {tls: {cert: c.pem}}\n" + minimal, "server.tls.key: must be set when server.tls.cert is set"},
 		{"tls key only", "server: {tls: {key: k.pem}}\n" + minimal, "server.tls.cert: must be set when server.tls.key is set"},
+		{"webhook timeout negative", minimal + "    webhooks: [{url: 'https://x', timeout: -1}]\n", "apps[0].webhooks[0].timeout: must be > 0"},
+		{"webhook retry_for negative", minimal + "    webhooks: [{url: 'https://x', retry_for: -5}]\n", "apps[0].webhooks[0].retry_for: must be > 0"},
+		// lease 15 s, renewed every 3.75 s: a POST may take up to 11 s, not 12.
+		{"webhook timeout not shorter than the lease minus its renewal", "scaling: {enabled: true, redis_url: 'redis://127.0.0.1:6379'}\n" + minimal +
+			"    webhooks: [{url: 'https://x', timeout: 11}, {url: 'https://y', timeout: 12}]\n",
+			"apps[0].webhooks[1].timeout: must be shorter than scaling.webhook_lease (15 s) minus its renewal interval"},
+		{"webhook lease raised too little", "scaling: {enabled: true, redis_url: 'redis://127.0.0.1:6379', webhook_lease: 20}\n" + minimal +
+			"    webhooks: [{url: 'https://x', timeout: 15}]\n", "apps[0].webhooks[0].timeout: must be shorter than scaling.webhook_lease (20 s)"},
+		{"webhook lease negative", "scaling: {enabled: true, redis_url: 'redis://127.0.0.1:6379', webhook_lease: -1}\n" + minimal,
+			"scaling.webhook_lease: must be > 0"},
 		{"webhook ftp", minimal + "    webhooks: [{url: 'ftp://x/y'}]\n", "apps[0].webhooks[0].url: must be an absolute http(s) URL"},
 		{"webhook relative", minimal + "    webhooks: [{url: 'http://ok'}, {url: '/hook'}]\n", "apps[0].webhooks[1].url"},
 		{"webhook empty", minimal + "    webhooks: [{url: ''}]\n", "apps[0].webhooks[0].url"},
@@ -140,6 +163,7 @@ apps:
     toolmark: {call_timeout_ms: 600000}
     webhooks:
       - {url: "https://hooks.example.com/pusher", headers: {Authorization: "Bearer t0k", X-Tenant: acme}}
+      - {url: "https://slow.example.com/x", timeout: 11, retry_for: 30}
       - {url: "http://127.0.0.1:9/x", event_types: [channel_occupied, channel_vacated, member_added, member_removed, client_event, cache_miss, subscription_count, toolmark_confirmed]}
   - {app_id: "2", key: k2, secret: s2, accept_client_events_from: none}
 `
@@ -149,6 +173,12 @@ apps:
 	}
 	if c.AppByID("2").AcceptClientEventsFrom != ClientEventsNone || c.Server.Path != "/ws" || !c.Console.Enabled || c.Console.Token != "s3cret-console-token" {
 		t.Fatalf("%+v", c)
+	}
+	// Webhook settings: explicit, or the defaults; the lease defaults to 15 s.
+	hooks := c.AppByID("1").Webhooks
+	if hooks[1].Timeout != 11 || hooks[1].RetryFor != 30 || hooks[0].Timeout != DefaultWebhookTimeout ||
+		hooks[0].RetryFor != DefaultWebhookRetryFor || c.Scaling.WebhookLease != DefaultWebhookLease {
+		t.Fatalf("webhooks %+v, lease %d", hooks, c.Scaling.WebhookLease)
 	}
 }
 
@@ -183,5 +213,24 @@ func TestWriteCoalesce(t *testing.T) {
 	// A Config built by hand without ApplyDefaults (as tests and embedders do) gets the default too.
 	if got := (&Server{}).WriteCoalesce(); got != DefaultWriteCoalesceMS*time.Millisecond {
 		t.Fatalf("zero Server: %v", got)
+	}
+}
+
+// TestMCPDefaults: public_url loses a trailing slash, the token lifetime defaults to a day and
+// authorization_servers to [issuer].
+func TestMCPDefaults(t *testing.T) {
+	c := Config{Server: Server{PublicURL: " https://ws.example.com/ "}, Apps: []App{
+		{ID: "a", Key: "k", Secret: "s", Toolmark: Toolmark{MCP: ToolmarkMCP{Issuer: "https://as.example", JWKSURL: "https://as.example/jwks"}}},
+		{ID: "b", Key: "k2", Secret: "s"},
+	}}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m := c.Apps[0].Toolmark.MCP
+	if c.Server.PublicURL != "https://ws.example.com" || m.MaxTokenLifetimeS != DefaultMaxTokenLifetimeS ||
+		len(m.AuthorizationServers) != 1 || m.AuthorizationServers[0] != "https://as.example" ||
+		len(c.Apps[1].Toolmark.MCP.AuthorizationServers) != 0 {
+		t.Fatalf("%+v %+v", c.Server, c.Apps)
 	}
 }

@@ -11,6 +11,7 @@ package console
 import (
 	"context"
 	"crypto/sha256"
+	"github.com/reverbgo/reverbgo/httpguard"
 	"log/slog"
 	"sync"
 	"time"
@@ -57,6 +58,9 @@ type Options struct {
 	Bridge   Bridge   // nil = no Toolmark view data
 	Webhooks Webhooks // nil = no webhook counters
 	Logger   *slog.Logger
+	// Clients finds a request's client for the per-client login limit (nil: the peer
+	// address; no proxy is trusted).
+	Clients *httpguard.Clients
 	// EventsPerSecond is each app's sampling budget for the event log (default 50).
 	EventsPerSecond int
 	// Now is the clock; nil = time.Now.

@@ -1,8 +1,11 @@
 package console
 
 import (
+	"fmt"
+
 	"bufio"
 	"context"
+	"github.com/reverbgo/reverbgo/httpguard"
 	"io"
 	"log/slog"
 	"net/http"
@@ -87,8 +90,17 @@ var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request
 
 func (h *harness) login(t *testing.T, token, origin string) *http.Response {
 	t.Helper()
+	return h.loginFrom(t, token, origin, "")
+}
+
+// loginFrom logs in with X-Forwarded-For: xff (none when empty).
+func (h *harness) loginFrom(t *testing.T, token, origin, xff string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequest("POST", h.ts.URL+"/ws/console/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+	}
 	if origin != "" {
 		req.Header.Set("Origin", origin)
 	}
@@ -189,6 +201,42 @@ func TestFailedLoginsAreLimited(t *testing.T) {
 	}
 	now = now.Add(time.Second)
 	if st := h.login(t, testToken, h.ts.URL).StatusCode; st != http.StatusSeeOther {
+		t.Fatalf("next second: %d", st)
+	}
+}
+
+// TestFailedLoginsArePerClient: one client (by X-Forwarded-For behind a trusted proxy) that
+// used its failure budget does not lock another out; all clients together stop at the
+// global ceiling.
+func TestFailedLoginsArePerClient(t *testing.T) {
+	h := newHarness(t, 0)
+	now := time.Unix(1000, 0)
+	h.c.now = func() time.Time { return now }
+	clients, err := httpguard.NewClients([]string{"127.0.0.1", "::1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c.opts.Clients = clients
+	for i := 0; i < maxFailedLogins; i++ {
+		if st := h.loginFrom(t, "nope", h.ts.URL, "198.51.100.1").StatusCode; st != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d", i, st)
+		}
+	}
+	if st := h.loginFrom(t, testToken, h.ts.URL, "198.51.100.1").StatusCode; st != http.StatusTooManyRequests {
+		t.Fatalf("the guessing client over its budget: %d", st)
+	}
+	if st := h.loginFrom(t, testToken, h.ts.URL, "198.51.100.2").StatusCode; st != http.StatusSeeOther {
+		t.Fatalf("the operator, from another address: %d", st)
+	}
+	// Many clients: the ceiling holds for everyone.
+	for i := 0; h.c.logins.all < maxFailedLoginsAll; i++ {
+		h.loginFrom(t, "nope", h.ts.URL, fmt.Sprintf("203.0.113.%d", i))
+	}
+	if st := h.loginFrom(t, testToken, h.ts.URL, "198.51.100.3").StatusCode; st != http.StatusTooManyRequests {
+		t.Fatalf("over the global ceiling: %d", st)
+	}
+	now = now.Add(time.Second)
+	if st := h.loginFrom(t, testToken, h.ts.URL, "198.51.100.1").StatusCode; st != http.StatusSeeOther {
 		t.Fatalf("next second: %d", st)
 	}
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"embed"
 	"encoding/json"
+	"github.com/reverbgo/reverbgo/httpguard"
 	"html/template"
 	"io"
 	"net/http"
@@ -61,14 +62,15 @@ func (c *Console) handleLogin(ctx echo.Context) error {
 	if !sameOrigin(r) {
 		return c.renderLogin(ctx, http.StatusForbidden, "Cross-site login refused.")
 	}
-	if !c.logins.allow(c.now()) {
+	client := httpguard.Key(c.opts.Clients.Addr(r))
+	if !c.logins.allow(client, c.now()) {
 		return c.renderLogin(ctx, http.StatusTooManyRequests, "Too many attempts, wait a second.")
 	}
 	r.Body = http.MaxBytesReader(ctx.Response(), r.Body, maxLoginBody)
 	token := ctx.FormValue("token")
 	if token == "" || !c.tokenOK(token) {
-		c.logins.fail()
-		c.log.Warn("console login refused", "remote", ctx.RealIP())
+		c.logins.fail(client, c.now())
+		c.log.Warn("console login refused", "remote", client.String())
 		return c.renderLogin(ctx, http.StatusUnauthorized, "Wrong token.")
 	}
 	id, _ := c.sessions.create()

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -21,10 +22,11 @@ const (
 	csrfHeader  = "X-Console-CSRF"
 	sessionTTL  = 12 * time.Hour
 	maxSessions = 64
-	// maxFailedLogins per second, all clients together: the token is long-lived, so guessing
-	// it must be slow.
-	maxFailedLogins = 5
-	maxLoginBody    = 4096
+	// maxFailedLogins per second per client, and maxFailedLoginsAll for all clients
+	// together: the token is long-lived, so guessing it must be slow.
+	maxFailedLogins    = 5
+	maxFailedLoginsAll = 50
+	maxLoginBody       = 4096
 )
 
 type session struct {
@@ -95,26 +97,41 @@ func (s *sessions) remove(id string) {
 	s.mu.Unlock()
 }
 
-// loginLimiter counts failed logins per second.
+// loginLimiter counts failed logins per second, per client and all clients together: a
+// client is refused after maxFailedLogins in the current second, and every client after
+// maxFailedLoginsAll, so one client guessing cannot lock the operator out while guessing
+// stays slow for many clients too. It holds at most maxFailedLoginsAll clients (reset each
+// second).
 type loginLimiter struct {
 	mu     sync.Mutex
 	second int64
-	n      int
+	all    int
+	by     map[netip.Addr]int
 }
 
-func (l *loginLimiter) allow(now time.Time) bool {
+func (l *loginLimiter) rollLocked(now time.Time) {
+	if s := now.Unix(); s != l.second {
+		l.second, l.all = s, 0
+		clear(l.by)
+	}
+}
+
+func (l *loginLimiter) allow(client netip.Addr, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if s := now.Unix(); s != l.second {
-		l.second, l.n = s, 0
-	}
-	return l.n < maxFailedLogins
+	l.rollLocked(now)
+	return l.all < maxFailedLoginsAll && l.by[client] < maxFailedLogins
 }
 
-func (l *loginLimiter) fail() {
+func (l *loginLimiter) fail(client netip.Addr, now time.Time) {
 	l.mu.Lock()
-	l.n++
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	l.rollLocked(now)
+	if l.by == nil {
+		l.by = map[netip.Addr]int{}
+	}
+	l.all++
+	l.by[client]++
 }
 
 // tokenOK compares in constant time (hashes first, so the length does not leak either).

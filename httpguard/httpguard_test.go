@@ -113,7 +113,7 @@ func TestLongHandlerAfterBody(t *testing.T) {
 // TestPendingCap: MaxPending requests with unfinished bodies hold their slots; one more is
 // 503 at once; finishing a body frees its slot; a body rejected unread frees it at once.
 func TestPendingCap(t *testing.T) {
-	ts, g := server(t, Options{MaxPending: 2, BodyTimeout: 5 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+	ts, g := server(t, Options{MaxPending: 2, MaxPendingPerClient: 2, BodyTimeout: 5 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/reject" {
 			http.Error(w, "no", http.StatusUnauthorized)
 			return

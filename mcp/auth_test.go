@@ -24,7 +24,7 @@ func TestAuthenticate(t *testing.T) {
 		return s
 	}
 	base := func() jwt.MapClaims {
-		return jwt.MapClaims{"iss": "key1", "sub": "u1", "conversation_id": "c1", "exp": at(time.Hour)}
+		return jwt.MapClaims{"iss": "key1", "sub": "u1", "conversation_id": "c1", "aud": testResource, "exp": at(time.Hour)}
 	}
 	with := func(k string, val any) jwt.MapClaims {
 		c := base()
@@ -80,7 +80,7 @@ func TestAuthenticate(t *testing.T) {
 			if tc.header != "" {
 				r.Header.Set("Authorization", tc.header)
 			}
-			g, err := v.authenticate(r)
+			g, err := v.authenticate(r, testResource)
 			switch {
 			case tc.code == 0 && err != nil:
 				t.Fatalf("refused: %d %s", err.code, err.reason)
@@ -108,8 +108,8 @@ func TestHTTPAuthStatus(t *testing.T) {
 		code       int
 		www        string
 	}{
-		{"missing", "", 401, "Bearer"},
-		{"bad", "Bearer x.y.z", 401, `Bearer error="invalid_token"`},
+		{"missing", "", 401, `Bearer resource_metadata="http://mcp.test/.well-known/oauth-protected-resource/toolmark/mcp"`},
+		{"bad", "Bearer x.y.z", 401, `Bearer resource_metadata="http://mcp.test/.well-known/oauth-protected-resource/toolmark/mcp", error="invalid_token"`},
 		{"disabled", "Bearer " + token("secret2", map[string]any{"iss": "key2"}), 403, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,8 +12,10 @@ import (
 // pattern means the same on every surface. No cookie is involved (the credential is the bearer
 // token), so Access-Control-Allow-Credentials is never sent.
 const (
-	corsAllowMethods  = "GET, POST, DELETE, OPTIONS"
-	corsAllowHeaders  = "Authorization, Content-Type, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID"
+	corsAllowMethods = "GET, POST, DELETE, OPTIONS"
+	// Mcp-Method and Mcp-Name are the standard headers of protocol 2026-07-28 (Mcp-Param-*
+	// headers, named by tool schemas, cannot be listed ahead).
+	corsAllowHeaders  = "Authorization, Content-Type, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name"
 	corsExposeHeaders = "Mcp-Session-Id, WWW-Authenticate"
 	corsMaxAge        = "7200"
 )

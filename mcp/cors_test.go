@@ -10,8 +10,10 @@ import (
 )
 
 // TestCORS: preflights are admitted by any app serving MCP (the app is unknown before the
-// token), real responses by the token's own app, a 401 by any serving app; every match goes
-// through the origin package, the matcher of the WebSocket and the page endpoint.
+// token), real requests by the token's own app (any other present Origin: 403, as the spec
+// asks), a request without a valid token by any serving app (else 403, before the 401);
+// every match goes through the origin package, the matcher of the WebSocket and the page
+// endpoint.
 func TestCORS(t *testing.T) {
 	apps := testutil.Apps{
 		{ID: "app1", Key: "key1", Secret: "secret1", AllowedOrigins: []string{"https://agent.example.com"},
@@ -35,11 +37,14 @@ func TestCORS(t *testing.T) {
 		{"preflight, refused origin", http.MethodOptions, "https://evil.example", "", 403, false},
 		{"preflight without Origin", http.MethodOptions, "", "", 403, false},
 		{"POST, token's app allows", http.MethodPost, "https://agent.example.com", token("secret1", nil), 200, true},
-		{"POST, only another app allows", http.MethodPost, "https://a.tools.example", token("secret1", nil), 200, false},
+		{"POST, only another app allows", http.MethodPost, "https://a.tools.example", token("secret1", nil), 403, false},
+		{"POST, valid token, evil origin", http.MethodPost, "http://evil.example", token("secret1", nil), 403, false},
 		{"POST, other app's token", http.MethodPost, "https://a.tools.example", token("secret4", map[string]any{"iss": "key4"}), 200, true},
 		{"POST without Origin", http.MethodPost, "", token("secret1", nil), 200, false},
 		{"401, a serving app allows", http.MethodPost, "https://agent.example.com", "", 401, true},
-		{"401, refused origin", http.MethodPost, "https://evil.example", "", 401, false},
+		{"no token, refused origin", http.MethodPost, "https://evil.example", "", 403, false},
+		{"bad token, refused origin", http.MethodPost, "https://evil.example", "x.y.z", 403, false},
+		{"bad token, a serving app allows", http.MethodPost, "https://a.tools.example", "x.y.z", 401, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,7 +90,7 @@ func TestCORS(t *testing.T) {
 			if tc.method == http.MethodOptions {
 				want = map[string]string{
 					"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-					"Access-Control-Allow-Headers": "Authorization, Content-Type, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID",
+					"Access-Control-Allow-Headers": "Authorization, Content-Type, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name",
 				}
 			}
 			for k, v := range want {

@@ -18,7 +18,8 @@ import (
 // describes of one list run concurrently, each bounded by DescribeTimeout). No page or no
 // manifest: an empty list.
 func (s *Server) listTools(ctx context.Context, g *grant, se *session) (*sdk.ListToolsResult, error) {
-	m, err := s.br.PageManifest(ctx, g.key)
+	g, _ = s.resolve(g) // a following grant without a known page lists nothing
+	m, err := s.currentManifest(ctx, g)
 	if err != nil {
 		s.log.Error("toolmark mcp: store failed", slog.String("error", err.Error()))
 		return nil, errors.New("bridge store unavailable")
@@ -94,7 +95,8 @@ func (s *Server) describeAll(ctx context.Context, g *grant, m *bridge.Manifest, 
 // current manifest if it never listed) and the page gets a bridge call of the entry's full
 // name with the listing's rev.
 func (s *Server) callTool(ctx context.Context, g *grant, se *session, p *sdk.CallToolParamsRaw, h http.Header) (*sdk.CallToolResult, error) {
-	m, err := s.br.PageManifest(ctx, g.key)
+	g, _ = s.resolve(g)
+	m, err := s.currentManifest(ctx, g)
 	if err != nil {
 		s.log.Error("toolmark mcp: store failed", slog.String("error", err.Error()))
 		return errorToolResult(bridge.ErrStore.Error()), nil
@@ -106,7 +108,9 @@ func (s *Server) callTool(ctx context.Context, g *grant, se *session, p *sdk.Cal
 	s.mu.Lock()
 	l := se.listed
 	s.mu.Unlock()
-	if l == nil {
+	if l == nil || (g.follow && l.clientID != m.ClientID) {
+		// Never listed, or the page was replaced since (a reload, or a following session's
+		// user moved to another page): resolve against the current manifest.
 		l = mapManifest(m, nil)
 	}
 	lt := l.byName[p.Name]

@@ -158,7 +158,7 @@ func newHarness(t testing.TB, limits bridge.Limits, with ...func(*Options)) *har
 	mem := bridge.NewMemoryStore(bridge.MemoryOptions{})
 	h.br = bridge.New(bridge.Options{Store: bridge.WithManifestFeed(mem, feed, nil), Publisher: h.page, Sockets: h.sockets,
 		Webhooks: h.hooks, Apps: h.apps, Logger: logger, Limits: limits})
-	opts := Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger}
+	opts := Options{Bridge: h.br, Apps: h.apps, Feed: feed, Logger: logger, PublicURL: testPublicURL}
 	for _, f := range with {
 		f(&opts)
 	}
@@ -193,9 +193,16 @@ func (h *harness) closePage(conv string) {
 	h.sockets.Remove(sockID(conv))
 }
 
+// testPublicURL is the harness's server.public_url, so testResource is every token's aud.
+const (
+	testPublicURL = "http://mcp.test"
+	testResource  = testPublicURL + "/toolmark/mcp"
+)
+
 // token mints an HS256 token; claims override the defaults (nil deletes one).
 func token(secret string, claims map[string]any) string {
-	c := jwt.MapClaims{"iss": "key1", "sub": "u1", "conversation_id": "c1", "exp": time.Now().Add(time.Hour).Unix()}
+	c := jwt.MapClaims{"iss": "key1", "sub": "u1", "conversation_id": "c1", "aud": testResource,
+		"exp": time.Now().Add(time.Hour).Unix()}
 	for k, v := range claims {
 		if v == nil {
 			delete(c, k)
@@ -222,9 +229,15 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.base.RoundTrip(r)
 }
 
-// client connects the Go SDK's MCP client with tok; onListChanged (optional) sees
-// notifications/tools/list_changed.
+// client connects the Go SDK's MCP client with tok at protocol 2025-11-25 (sessions, GET
+// stream); onListChanged (optional) sees notifications/tools/list_changed.
 func (h *harness) client(tok string, onListChanged func()) *sdk.ClientSession {
+	h.t.Helper()
+	return h.clientAt(tok, "2025-11-25", onListChanged)
+}
+
+// clientAt is client at protocol version ("" = the SDK's own choice, 2026-07-28 first).
+func (h *harness) clientAt(tok, version string, onListChanged func()) *sdk.ClientSession {
 	h.t.Helper()
 	opts := &sdk.ClientOptions{}
 	if onListChanged != nil {
@@ -233,7 +246,7 @@ func (h *harness) client(tok string, onListChanged func()) *sdk.ClientSession {
 	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts)
 	tr := &sdk.StreamableClientTransport{Endpoint: h.srv.URL + "/toolmark/mcp",
 		HTTPClient: &http.Client{Transport: bearer{tok, http.DefaultTransport}}, DisableStandaloneSSE: onListChanged == nil}
-	cs, err := c.Connect(context.Background(), tr, nil)
+	cs, err := c.Connect(context.Background(), tr, &sdk.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		h.t.Fatalf("connect: %v", err)
 	}

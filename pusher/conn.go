@@ -42,18 +42,29 @@ type Conn struct {
 
 	rateWindow int64 // unix second of the client-event window (reader goroutine only)
 	rateCount  int
+	msgWindow  messageWindow // Reverb's rate_limiting window (ratelimit.go, reader goroutine only)
 }
 
 // SocketID implements channels.Subscriber.
 func (c *Conn) SocketID() string { return c.socketID }
 
-var _ channels.Subscriber = (*Conn)(nil)
+var _ channels.Deflating = (*Conn)(nil)
 var _ ws.Session = (*Conn)(nil)
 
 // Send queues a frame without blocking (channels.Subscriber). A client whose queue would
 // pass the server's MaxQueueBytes is dropped by the transport instead (slow_consumer): one
 // slow reader never slows a broadcast. While a barrier is open the frame waits behind it.
-func (c *Conn) Send(frame []byte) { c.ws.WritePreframed(frame) }
+//
+// A frame sent to this socket alone is compressed when it negotiated permessage-deflate
+// and the payload is large enough (a broadcast's shared frame goes through SendFrame).
+func (c *Conn) Send(frame []byte) { c.ws.WriteCompressible(frame) }
+
+// SendFrame queues a broadcast's frame as it is (channels.Deflating): the fan-out has
+// already chosen the compressed or the plain one.
+func (c *Conn) SendFrame(frame []byte) { c.ws.WritePreframed(frame) }
+
+// Deflater is the socket's permessage-deflate compressor, nil if it negotiated none.
+func (c *Conn) Deflater() *ws.Deflater { return c.ws.Deflater() }
 
 // holdWrites opens a write barrier: frames sent from now on wait until it is released with
 // the frames that must go first (subscription_succeeded, a cache replay).

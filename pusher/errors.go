@@ -22,6 +22,7 @@ const (
 	CloseWriteError
 	CloseProtocolError
 	CloseInvalidPayload
+	CloseRateLimited // Reverb's rate_limiting.terminate_on_limit (ratelimit.go)
 )
 
 type closeInfo struct {
@@ -46,6 +47,7 @@ var closeInfos = [...]closeInfo{
 	CloseWriteError:          {1006, "", "write_error"},
 	CloseProtocolError:       {1002, "", "protocol_error"},
 	CloseInvalidPayload:      {1007, "Text message is not valid UTF-8", "invalid_payload"},
+	CloseRateLimited:         {1006, "", "rate_limited"}, // no close frame: the socket is ended, as Reverb does
 }
 
 // Code is the WebSocket close code sent for r.

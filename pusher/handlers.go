@@ -25,6 +25,9 @@ const (
 // and a pong proves that everything before the ping was handled.
 func (c *Conn) handle(raw []byte) {
 	c.app.stats.clientMessages.Add(1)
+	if c.app.cfg.RateLimiting.Enabled && !c.withinRateLimit() {
+		return
+	}
 	m, err := DecodeClientMessage(raw)
 	if err != nil {
 		c.sendError(codeInvalidMessage, "Invalid message format")
@@ -478,7 +481,8 @@ func (c *Conn) signin(ctx context.Context, data json.RawMessage) {
 		return
 	}
 	var ud struct {
-		ID json.RawMessage `json:"id"`
+		ID        json.RawMessage `json:"id"`
+		Watchlist json.RawMessage `json:"watchlist"`
 	}
 	if json.Unmarshal([]byte(d.UserData), &ud) != nil {
 		c.sendError(codeUnauthorized, "Invalid user_data")
@@ -487,6 +491,11 @@ func (c *Conn) signin(ctx context.Context, data json.RawMessage) {
 	id, ok := userIDString(ud.ID)
 	if !ok {
 		c.sendError(codeUnauthorized, "user_data needs an id")
+		return
+	}
+	watch, err := parseWatchlist(ud.Watchlist)
+	if err != nil {
+		c.sendError(codeUnauthorized, "Invalid user_data: "+err.Error())
 		return
 	}
 	c.subsMu.Lock()
@@ -503,6 +512,7 @@ func (c *Conn) signin(ctx context.Context, data json.RawMessage) {
 	}
 	c.srv.sockets.bindUser(cfg.ID, id, c)
 	c.Send(EventFrame("pusher:signin_success", "", `{"user_data":`+string(appendJSONString(nil, d.UserData))+`}`))
+	c.srv.watch.signedIn(ctx, c, id, watch) // online state and watchlist (watchlist.go)
 }
 
 // emit hands a webhook event to the dispatcher, if any; it never blocks.

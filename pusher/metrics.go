@@ -29,6 +29,8 @@ type appStats struct {
 	clientMessages atomic.Uint64
 	published      atomic.Uint64
 	rateLimited    atomic.Uint64
+	// messagesLimited counts messages refused by Reverb's rate_limiting (ratelimit.go).
+	messagesLimited atomic.Uint64
 }
 
 // serverStats are the counters that belong to no configured app.
@@ -142,6 +144,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- counter(descSlow, st.closed[CloseSlowConsumer].Load(), id)
 		ch <- counter(descClientMessages, st.clientMessages.Load(), id)
 		ch <- counter(descRateLimited, st.rateLimited.Load(), id, "client_events")
+		ch <- counter(descRateLimited, st.messagesLimited.Load(), id, "messages")
 		ch <- counter(descPublished, st.published.Load(), id)
 		kc := census[id]
 		if kc == nil {

@@ -79,6 +79,7 @@ type Server struct {
 	now      func() time.Time
 
 	transport *ws.Server  // accepts, reads and writes the sockets (package ws)
+	watch     *watchlist  // online users and their watchers (watchlist.go)
 	stats     serverStats // metrics.go
 
 	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
@@ -123,9 +124,10 @@ func NewServer(opts Options) *Server {
 	}
 	// Origin is checked per app after the upgrade (4009), in Accept.
 	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
-		CoalesceWindow: s.cfg.Server.WriteCoalesce()})
+		CoalesceWindow: s.cfg.Server.WriteCoalesce(), Compression: wsCompression(s.cfg.Server.Compression)})
 	s.wg.Add(1)
 	go s.sweepLoop()
+	s.watch = newWatchlist(s)
 	return s
 }
 
@@ -252,6 +254,10 @@ func (s *Server) publishNoWait(appID, channel, event, data, except string) error
 // the presence store reaped a dead node's sockets or retried a leave that failed during a
 // Redis outage. Every node's subscribers get member_removed; the webhook fires here.
 func (s *Server) MemberGone(appID, channel, userID string) {
+	if channel == channels.OnlineChannel { // a signed-in user's last connection (watchlist.go)
+		s.watch.announce(appID, userID)
+		return
+	}
 	removed := `{"user_id":` + string(appendJSONString(nil, userID)) + `}`
 	if err := s.publish(context.Background(), appID, channel, "pusher_internal:member_removed", removed, ""); err != nil {
 		s.log.Warn("member_removed not published to other nodes", "app", appID, "channel", channel, "error", err)

@@ -188,6 +188,7 @@ func (c *Conn) leaveAll(ctx context.Context) {
 	if user != "" {
 		s.sockets.unbindUser(c.app.cfg.ID, user, c)
 	}
+	s.watch.closed(ctx, c) // online state and watchlist (watchlist.go)
 }
 
 // originAllowed is the shared matcher (package origin), as on the Toolmark page endpoint.

@@ -53,9 +53,10 @@ if [ -n "${REVERBGO_TEST_REDIS_URL:-}" ]; then
   E2E_NODES=2 REVERBGO_BIN="$(cd .. && pwd)/bin/reverbgo" timeout --kill-after=10 600 \
     node --test --test-force-exit --test-timeout=120000 --test-concurrency=1 --test-name-pattern='Echo' \
     $(grep -l 'echoClient' test/*.test.js)
-  # MCP with its sessions on node A and the simulated pages on either node.
+  # MCP with its sessions on node A and the simulated pages on either node (its authorization
+  # and the Go SDK client at 2026-07-28 too).
   E2E_NODES=2 REVERBGO_BIN="$(cd .. && pwd)/bin/reverbgo" timeout --kill-after=10 300 \
-    node --test --test-force-exit --test-timeout=120000 test/30-mcp.test.js
+    node --test --test-force-exit --test-timeout=120000 --test-concurrency=1 test/30-mcp.test.js test/31-mcp-auth.test.js
 elif [ "${CI:-}" = true ]; then
   echo "CI=true but REVERBGO_TEST_REDIS_URL is not set: the two-node Echo run cannot be skipped" >&2
   exit 1

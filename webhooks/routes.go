@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"time"
 
 	"github.com/reverbgo/reverbgo/config"
 )
@@ -106,10 +107,10 @@ func (d *Dispatcher) SetApps(apps []config.App) {
 			}
 			if i, ok := byURL[wh.URL]; ok {
 				ar.routes[i].types = unionTypes(ar.routes[i].types, types)
-				ob.setCreds(app.Key, app.Secret, wh.Headers, true)
+				ob.setCreds(app.Key, app.Secret, wh.Headers, whTimeout(wh), whRetryFor(wh), true)
 				continue
 			}
-			ob.setCreds(app.Key, app.Secret, wh.Headers, false)
+			ob.setCreds(app.Key, app.Secret, wh.Headers, whTimeout(wh), whRetryFor(wh), false)
 			byURL[wh.URL] = len(ar.routes)
 			ar.routes = append(ar.routes, route{ob: ob, types: types})
 		}
@@ -128,6 +129,10 @@ func (d *Dispatcher) SetApps(apps []config.App) {
 		}
 	}
 }
+
+// whTimeout and whRetryFor are a webhook's settings (seconds in config; 0 = the default).
+func whTimeout(wh config.Webhook) time.Duration  { return time.Duration(wh.Timeout) * time.Second }
+func whRetryFor(wh config.Webhook) time.Duration { return time.Duration(wh.RetryFor) * time.Second }
 
 // SetCounter gives the Dispatcher the cluster-wide subscriber count of a channel, which
 // subscription_count reports. Without one, subscription_count is never produced.

@@ -24,9 +24,9 @@ type Store interface {
 	Push(ctx context.Context, out Out) (dropped int, err error)
 	// Claim leases outbox key to owner for lease and returns its in-flight batch: the one a
 	// previous owner left unacknowledged (it crashed or lost the lease), else up to max
-	// queued events, oldest first, moved to in-flight. ok is false while another owner
-	// holds an unexpired lease. An empty batch releases the lease.
-	Claim(ctx context.Context, key, owner string, max int, lease time.Duration) (batch [][]byte, ok bool, err error)
+	// queued events, oldest first, moved to in-flight (its Since is then now). ok is false
+	// while another owner holds an unexpired lease. An empty batch releases the lease.
+	Claim(ctx context.Context, key, owner string, max int, lease time.Duration, now time.Time) (batch Batch, ok bool, err error)
 	// Renew extends owner's lease; false means the lease was lost (expired and taken).
 	Renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error)
 	// Ack forgets the in-flight batch if owner still holds the lease; false means another
@@ -65,6 +65,14 @@ type Store interface {
 	// Maintain heartbeats this node and removes the occupancy of nodes that stopped
 	// heartbeating for ttl, holding channel_vacated for channels that only they occupied.
 	Maintain(ctx context.Context, now time.Time, ttl time.Duration) error
+}
+
+// Batch is an outbox's in-flight events and when they were first claimed: the batch's
+// first attempt, which stays with it when another owner (or this one, after losing the
+// lease) claims it again, so RetryFor counts from there.
+type Batch struct {
+	Events [][]byte
+	Since  time.Time
 }
 
 // Out is an encoded event and the outboxes it goes to. No keys is valid: the decision is

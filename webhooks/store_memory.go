@@ -20,6 +20,7 @@ type MemoryStore struct {
 type memOutbox struct {
 	queue    [][]byte
 	inflight [][]byte
+	since    time.Time // when inflight was formed
 	owner    string
 	until    time.Time // lease expiry (monotonic)
 }
@@ -67,16 +68,17 @@ func (s *MemoryStore) Push(_ context.Context, out Out) (int, error) {
 }
 
 // Claim implements Store.
-func (s *MemoryStore) Claim(_ context.Context, key, owner string, max int, lease time.Duration) ([][]byte, bool, error) {
+func (s *MemoryStore) Claim(_ context.Context, key, owner string, max int, lease time.Duration, at time.Time) (Batch, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ob := s.box(key)
 	now := time.Now()
 	if ob.owner != "" && ob.owner != owner && now.Before(ob.until) {
-		return nil, false, nil
+		return Batch{}, false, nil
 	}
 	if len(ob.inflight) == 0 && len(ob.queue) > 0 {
 		n := min(max, len(ob.queue))
+		ob.since = at
 		ob.inflight = append([][]byte(nil), ob.queue[:n]...)
 		clear(ob.queue[:n])
 		ob.queue = ob.queue[n:]
@@ -86,10 +88,10 @@ func (s *MemoryStore) Claim(_ context.Context, key, owner string, max int, lease
 	}
 	if len(ob.inflight) == 0 {
 		delete(s.outboxes, key)
-		return nil, true, nil
+		return Batch{}, true, nil
 	}
 	ob.owner, ob.until = owner, now.Add(lease)
-	return append([][]byte(nil), ob.inflight...), true, nil
+	return Batch{Events: append([][]byte(nil), ob.inflight...), Since: ob.since}, true, nil
 }
 
 // Renew implements Store.

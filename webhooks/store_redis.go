@@ -24,9 +24,10 @@ import (
 // Every key carries the hash tag of the prefix (see NewRedisStore), so the scripts work
 // on Redis Cluster too: webhook state is small and one slot carries it.
 type RedisStore struct {
-	rdb  redis.UniversalClient
-	p    string // key prefix, with a hash tag
-	node string
+	rdb      redis.UniversalClient
+	p        string // key prefix, with a hash tag
+	node     string
+	external bool // liveness comes from the cluster's node registry (UseNodeRegistry)
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -40,6 +41,7 @@ func NewRedisStore(rdb redis.UniversalClient, prefix, node string) *RedisStore {
 func (s *RedisStore) queue(key string) string    { return s.p + "q:" + key }
 func (s *RedisStore) inflight(key string) string { return s.p + "f:" + key }
 func (s *RedisStore) lease(key string) string    { return s.p + "l:" + key }
+func (s *RedisStore) since(key string) string    { return s.p + "t:" + key }
 func (s *RedisStore) nodeSet(node string) string { return s.p + "n:" + node }
 func (s *RedisStore) nodes() string              { return s.p + "nodes" }
 func (s *RedisStore) occ() string                { return s.p + "occ" }
@@ -65,10 +67,13 @@ end
 var (
 	pushScript = redis.NewScript(pushLua + `return push(1, ARGV[1], tonumber(ARGV[2]))`)
 
+	// claimScript returns {since ms, events...} or {} (empty) or false (leased). KEYS[4]
+	// keeps when the in-flight batch was formed, for as long as the batch exists.
 	claimScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then return false end
 if redis.call('LLEN', KEYS[2]) == 0 then
+  redis.call('DEL', KEYS[4])
   for i = 1, tonumber(ARGV[2]) do
     local v = redis.call('LPOP', KEYS[3])
     if not v then break end
@@ -81,6 +86,8 @@ if #batch == 0 then
   return {}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+redis.call('SET', KEYS[4], ARGV[4], 'NX')
+table.insert(batch, 1, redis.call('GET', KEYS[4]))
 return batch`)
 
 	renewScript = redis.NewScript(`
@@ -90,7 +97,7 @@ return 1`)
 
 	ackScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3])
 return 1`)
 
 	releaseScript = redis.NewScript(`
@@ -171,20 +178,27 @@ func (s *RedisStore) Push(ctx context.Context, out Out) (int, error) {
 }
 
 // Claim implements Store.
-func (s *RedisStore) Claim(ctx context.Context, key, owner string, max int, lease time.Duration) ([][]byte, bool, error) {
-	res, err := claimScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.queue(key)},
-		owner, max, lease.Milliseconds()).StringSlice()
+func (s *RedisStore) Claim(ctx context.Context, key, owner string, max int, lease time.Duration, now time.Time) (Batch, bool, error) {
+	res, err := claimScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.queue(key), s.since(key)},
+		owner, max, lease.Milliseconds(), now.UnixMilli()).StringSlice()
 	if errors.Is(err, redis.Nil) {
-		return nil, false, nil
+		return Batch{}, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return Batch{}, false, err
 	}
-	batch := make([][]byte, len(res))
-	for i, r := range res {
-		batch[i] = []byte(r)
+	if len(res) == 0 {
+		return Batch{}, true, nil
 	}
-	return batch, true, nil
+	since, err := strconv.ParseInt(res[0], 10, 64)
+	if err != nil {
+		return Batch{}, false, errors.New("webhooks: unreadable batch time")
+	}
+	b := Batch{Events: make([][]byte, len(res)-1), Since: time.UnixMilli(since)}
+	for i, r := range res[1:] {
+		b.Events[i] = []byte(r)
+	}
+	return b, true, nil
 }
 
 // Renew implements Store.
@@ -195,7 +209,7 @@ func (s *RedisStore) Renew(ctx context.Context, key, owner string, lease time.Du
 
 // Ack implements Store.
 func (s *RedisStore) Ack(ctx context.Context, key, owner string) (bool, error) {
-	n, err := ackScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key)}, owner).Int()
+	n, err := ackScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.since(key)}, owner).Int()
 	return n == 1, err
 }
 
@@ -286,6 +300,9 @@ func (s *RedisStore) Fire(ctx context.Context, h Hold, now time.Time, out Out) (
 
 // Maintain implements Store.
 func (s *RedisStore) Maintain(ctx context.Context, now time.Time, ttl time.Duration) error {
+	if s.external {
+		return nil
+	}
 	if err := s.rdb.HSet(ctx, s.nodes(), s.node, now.UnixMilli()).Err(); err != nil {
 		return err
 	}

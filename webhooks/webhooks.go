@@ -75,7 +75,9 @@ const (
 	// the same channel: a burst of subscribes yields one event with the final count.
 	DefaultCountDebounce = time.Second
 	// DefaultLease is how long a node owns an outbox without renewing (it renews every
-	// third of it); a node that dies holding it is taken over after at most this long.
+	// quarter of it, RenewEvery, for as long as a batch is in flight, during its POSTs too);
+	// a node that dies holding it is taken over after at most this long. It must be longer
+	// than a POST's timeout plus the renewal interval (config refuses less).
 	DefaultLease = 15 * time.Second
 	// DefaultPoll is how often a node looks at every outbox of a shared store, to send
 	// what other nodes queued or left behind.
@@ -101,11 +103,13 @@ type Options struct {
 	Store Store
 	// NodeID names this node in a shared store (default a random id).
 	NodeID string
-	// Client sends the POSTs. Default: a client with a 10s timeout that does not follow
-	// redirects (a 3xx is a failed attempt), because following a 301/302 would turn the
-	// signed POST into a bodiless GET whose 2xx would wrongly count as delivered. A
-	// caller-supplied client should have a Timeout: a hung request holds its URL's outbox.
+	// Client sends the POSTs. Default: a client that does not follow redirects (a 3xx is a
+	// failed attempt), because following a 301/302 would turn the signed POST into a
+	// bodiless GET whose 2xx would wrongly count as delivered. Each POST is bounded by its
+	// webhook's timeout (Timeout by default) whatever the client.
 	Client *http.Client
+	// Timeout bounds one POST of a webhook that sets none (default 10s).
+	Timeout time.Duration
 	// BatchWindow is how long an event may wait for others to the same URL before one POST
 	// carries them all (default 50ms). Negative means 0: send as soon as possible.
 	BatchWindow time.Duration
@@ -115,7 +119,8 @@ type Options struct {
 	// OLDEST queued event is dropped, counted in Stats.Dropped and logged (rate-limited),
 	// so memory stays bounded while a receiver is down and the newest state survives.
 	OutboxLimit int
-	// RetryFor is how long a batch keeps being retried after its first attempt (default 5m).
+	// RetryFor is how long a batch keeps being retried after its first attempt, for a
+	// webhook that sets none (default 5m).
 	RetryFor time.Duration
 	// FirstRetry is the first backoff (default 1s; values >= 2s are replaced by the default).
 	// Each later backoff doubles, with jitter, capped at 30s.
@@ -151,6 +156,10 @@ type Stats struct {
 	// context ended, emitted after Close, an invalid event (no name, not encodable), or a
 	// shared store that could not take it.
 	Dropped uint64
+	// DroppedBatches counts batches given up on after they were claimed for delivery:
+	// RetryFor exhausted, or dropped at shutdown (memory store). Each is logged with its
+	// event types.
+	DroppedBatches uint64
 	// Pending is the number of events queued or in flight (the outbox size). With a
 	// shared store it is the cluster's total as of the last poll, plus what this node has
 	// not yet handed to the store.
@@ -165,6 +174,7 @@ type Dispatcher struct {
 	owner  string
 
 	client        *http.Client
+	timeout       time.Duration
 	batchWindow   time.Duration
 	maxBatch      int
 	outboxLimit   int
@@ -208,6 +218,7 @@ type Dispatcher struct {
 	wg      sync.WaitGroup
 
 	sent, batches, failed, retried, dropped atomic.Uint64
+	droppedBatches                          atomic.Uint64
 	sharedSize                              atomic.Int64                // shared store: total as of the last poll
 	overflowLogged, storeErrLogged          atomic.Int64                // unix nanos of the last such log
 	obs                                     atomic.Pointer[observerBox] // the console's (observe.go)
@@ -218,6 +229,7 @@ func New(opts Options) *Dispatcher {
 	d := &Dispatcher{
 		store:         opts.Store,
 		client:        opts.Client,
+		timeout:       opts.Timeout,
 		batchWindow:   opts.BatchWindow,
 		maxBatch:      opts.MaxBatch,
 		outboxLimit:   opts.OutboxLimit,
@@ -254,7 +266,6 @@ func New(opts Options) *Dispatcher {
 	d.owner = node + "/" + hex.EncodeToString(rb[:])
 	if d.client == nil {
 		d.client = &http.Client{
-			Timeout: DefaultTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error {
 				return http.ErrUseLastResponse
 			},
@@ -266,6 +277,7 @@ func New(opts Options) *Dispatcher {
 	d.maxBatch = orDefault(d.maxBatch, DefaultMaxBatch)
 	d.outboxLimit = orDefault(d.outboxLimit, DefaultOutboxLimit)
 	d.retryFor = orDefault(d.retryFor, DefaultRetryFor)
+	d.timeout = orDefault(d.timeout, DefaultTimeout)
 	if d.firstRetry >= MaxFirstRetry {
 		d.log.Warn("first_retry must be below 2s; using the default",
 			"first_retry", d.firstRetry, "default", DefaultFirstRetry)
@@ -309,6 +321,8 @@ func (d *Dispatcher) Stats() Stats {
 		Failed:  d.failed.Load(),
 		Retried: d.retried.Load(),
 		Dropped: d.dropped.Load(),
+
+		DroppedBatches: d.droppedBatches.Load(),
 	}
 	if d.mem != nil {
 		st.Pending = int64(d.mem.Total())

@@ -317,6 +317,10 @@ func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *upgradeHead
 	*req = Request{Name: head.Name, Query: head.Query, Origin: head.Origin, Tentative: true}
 	out := append(p.out[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
 	out = appendAcceptKey(out, head.Key)
+	deflate := head.Deflate && s.deflater != nil
+	if deflate {
+		out = append(out, "\r\n"+extensionLine[:len(extensionLine)-2]...)
+	}
 	out = append(out, "\r\n\r\n"...)
 	d := s.handler.Accept(req, out)
 	*req = Request{}
@@ -341,6 +345,9 @@ func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *upgradeHead
 		return true
 	}
 	c := s.newConn(&d)
+	if deflate {
+		c.useDeflate()
+	}
 	c.fdc.fd = fd
 	c.netConn, c.raw = &c.fdc, (*fdRaw)(&c.fdc)
 	if !s.open(c) {

@@ -33,6 +33,7 @@ func (c *Conn) Hold() *Barrier {
 // It is a no-op on a closing connection. Safe from any goroutine; call it once.
 func (b *Barrier) Release(frames ...[]byte) {
 	c := b.c
+	c.compressAll(frames)
 	c.mu.Lock()
 	if c.closing || b.released {
 		c.mu.Unlock()

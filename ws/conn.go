@@ -52,6 +52,8 @@ type Conn struct {
 	netConn net.Conn
 	raw     syscall.RawConn // plain TCP: written by the flusher; nil (TLS): slow path only
 	fl      *flusher
+	// deflater is set when the handshake negotiated permessage-deflate (deflate_offer.go).
+	deflater *Deflater
 
 	mu          sync.Mutex
 	queue       net.Buffers // whole frames waiting for a writer, in order

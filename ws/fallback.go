@@ -39,12 +39,15 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, name string) {
 	// write costs far more than its bytes, and this saves one per connection.
 	uw := &upgradeWriter{ResponseWriter: w}
 	uw.conn.first = d.Greeting
-	wc, err := s.upgrader.Upgrade(uw, r, nil)
+	wc, err := s.upgraderFor(r.Header.Values("Sec-Websocket-Extensions")).Upgrade(uw, r, nil)
 	if err != nil {
 		d.Session.OnClose(CauseHandshake) // the upgrader already answered or closed the socket
 		return
 	}
 	c := s.newConn(&d)
+	if uw.conn.deflate {
+		c.useDeflate()
+	}
 	c.ws, c.netConn = wc, uw.conn.Conn
 	// A *net.TCPConn, or the fast listener's replayConn around one; never a *tls.Conn.
 	if sc, ok := c.netConn.(syscall.Conn); ok && haveWritev {
@@ -96,10 +99,15 @@ func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // (and by gorilla's reader on the goroutine path, which only reads through it).
 type firstWriteConn struct {
 	net.Conn
-	first []byte
+	first   []byte
+	wrote   bool
+	deflate bool // the 101 accepted permessage-deflate
 }
 
 func (f *firstWriteConn) Write(p []byte) (int, error) {
+	if !f.wrote {
+		f.wrote, f.deflate = true, negotiatedIn(p)
+	}
 	if f.first == nil {
 		return f.Conn.Write(p)
 	}
@@ -113,6 +121,10 @@ func (f *firstWriteConn) Write(p []byte) (int, error) {
 // epoll is unavailable), with the poller's semantics: every frame goes to the Session,
 // pings are answered in kind and a close frame with a close.
 func (c *Conn) readLoop() {
+	if c.rd.deflate {
+		c.readFrames() // gorilla's reader does not bound inflated messages
+		return
+	}
 	defer c.cleanup()
 	if c.limit > 0 {
 		c.ws.SetReadLimit(int64(c.limit))

@@ -26,6 +26,8 @@ type upgradeHead struct {
 	Query  []byte // raw query without '?', nil if none
 	Origin []byte // nil if no Origin header
 	Key    []byte // Sec-WebSocket-Key, trimmed
+	// Deflate: a Sec-WebSocket-Extensions line offers permessage-deflate acceptably.
+	Deflate bool
 }
 
 // parseUpgradeHead recognises the one request the fast path serves: a GET of
@@ -107,6 +109,8 @@ func parseUpgradeHead(b []byte, prefix string) (upgradeHead, headResult) {
 				return h, headOther
 			}
 			h.Key = value
+		case asciiEqualFold(name, "sec-websocket-extensions"):
+			h.Deflate = h.Deflate || acceptDeflateOffer(value)
 		case asciiEqualFold(name, "origin"):
 			origins++
 			h.Origin = value

@@ -39,11 +39,14 @@ type frameReader struct {
 	msgOp   byte       // opcode of the fragmented message in progress, 0 if none
 	inMsg   bool       // a fragmented message is in progress
 	text    utf8Stream // a fragmented text message's code point cut between fragments
+	deflate bool       // permessage-deflate negotiated: RSV1 marks a compressed message
+	zipped  bool       // the fragmented message in progress is compressed (deflate_read.go)
 }
 
 // frameHeader is a decoded frame header.
 type frameHeader struct {
 	fin    bool
+	rsv1   bool // a compressed message's first frame (permessage-deflate)
 	op     byte
 	mask   [4]byte
 	length int // payload length
@@ -68,7 +71,7 @@ func headerNeed(b []byte) int {
 // check validates the first two header bytes against the RFC and the parser's state; it
 // returns a close code or 0.
 func (r *frameReader) check(b0, b1 byte) int {
-	if b0&0x70 != 0 { // RSV1-3: no extension is ever negotiated
+	if b0&0x70 != 0 && !r.rsvAllowed(b0) { // RSV1 only for permessage-deflate (deflate_read.go)
 		return CloseProtocolError
 	}
 	if b1&0x80 == 0 { // clients must mask (RFC 6455 §5.1)
@@ -102,6 +105,7 @@ func (r *frameReader) parseHeader(b []byte, limit int) (frameHeader, int) {
 		return h, code
 	}
 	h.fin = b[0]&0x80 != 0
+	h.rsv1 = b[0]&0x40 != 0
 	h.op = b[0] & 0x0F
 	n := uint64(b[1] & 0x7F)
 	p := 2
@@ -160,7 +164,7 @@ func (r *frameReader) feed(data []byte, limit int, h frameHandler) int {
 			r.partial = append(make([]byte, 0, total), data...)
 			return 0
 		}
-		if res := r.frame(hdr, data[hdr.size:total], h); res != 0 {
+		if res := r.frame(hdr, data[hdr.size:total], limit, h); res != 0 {
 			return res
 		}
 		data = data[total:]
@@ -182,7 +186,7 @@ func (r *frameReader) feedPartial(data []byte, limit int, h frameHandler) ([]byt
 			if len(r.partial) == need {
 				frame := r.partial
 				r.partial = nil
-				return data, r.frame(hdr, frame[hdr.size:], h)
+				return data, r.frame(hdr, frame[hdr.size:], limit, h)
 			}
 			if cap(r.partial) < need {
 				r.partial = append(make([]byte, 0, need), r.partial...)
@@ -204,9 +208,12 @@ func (r *frameReader) feedPartial(data []byte, limit int, h frameHandler) ([]byt
 // frame handles one complete frame whose payload is still masked. Text is validated as
 // UTF-8 fragment by fragment, so an invalid byte ends the connection (1007) in the frame
 // that carries it, while a code point split between fragments is fine.
-func (r *frameReader) frame(hdr frameHeader, payload []byte, h frameHandler) int {
+func (r *frameReader) frame(hdr frameHeader, payload []byte, limit int, h frameHandler) int {
 	unmask(payload, hdr.mask)
 	op := hdr.op
+	if op < OpClose && (hdr.rsv1 || r.zipped) {
+		return r.compressedFrame(hdr, payload, limit, h)
+	}
 	switch {
 	case op >= OpClose:
 		if op == OpClose && !validClosePayload(payload) {

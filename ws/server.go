@@ -71,6 +71,8 @@ type Options struct {
 	// CoalesceWindow is the flushers' adaptive coalescing window (server.write_coalesce_ms;
 	// 0 = off): after a busy round the next one starts no earlier than this after it began.
 	CoalesceWindow time.Duration
+	// Compression is permessage-deflate (server.compression; off when not Enabled).
+	Compression Compression
 }
 
 // Server accepts WebSocket connections for one Handler: on Linux through epoll pollers
@@ -81,6 +83,10 @@ type Server struct {
 	log      *slog.Logger
 	maxQueue int
 	upgrader websocket.Upgrader
+	// deflater compresses for connections that negotiated permessage-deflate (nil: off);
+	// upgraderDeflate is upgrader with gorilla's negotiation on (deflate_offer.go).
+	deflater        *Deflater
+	upgraderDeflate websocket.Upgrader
 
 	flushers []*flusher
 	pollers  pollerSet
@@ -104,6 +110,7 @@ func NewServer(opts Options) *Server {
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     func(*http.Request) bool { return true }, // the Handler judges Origin
 	}
+	s.initDeflate(opts.Compression)
 	s.flushers = newFlushers(s.stop, opts.CoalesceWindow)
 	for _, f := range s.flushers {
 		s.wg.Add(1)

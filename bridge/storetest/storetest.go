@@ -36,7 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) bridge.Store) {
 		{"WatchAfterClaim", watchAfterClaim},
 		{"ConfirmBindAndClaim", confirmBindAndClaim},
 		{"ConfirmTakenLeavesCallOpen", confirmTakenLeavesCallOpen},
-		{"ConfirmNamespacedByConversation", confirmNamespacedByConversation},
+		{"ConfirmNamespacedByApp", confirmNamespacedByApp},
 		{"RaceResultVsTimeout", raceResultVsTimeout},
 		{"RaceDuplicateResults", raceDuplicateResults},
 	}
@@ -275,12 +275,12 @@ func claimUnknown(t *testing.T, s bridge.Store) {
 	if _, timedOut, err := s.ClaimTimeout(ctx, "nope"); err != nil || !timedOut {
 		t.Fatalf("unknown timeout claim: %v %v", timedOut, err)
 	}
-	ok, err := s.ClaimConfirm(ctx, key("c1"), "nope")
+	ok, err := s.ClaimConfirm(ctx, key("c1").App, "nope")
 	must(t, err)
 	if ok {
 		t.Fatal("unknown confirm claimed")
 	}
-	if c, err := s.GetConfirm(ctx, key("c1"), "nope"); err != nil || c != nil {
+	if c, err := s.GetConfirm(ctx, key("c1").App, "nope"); err != nil || c != nil {
 		t.Fatalf("unknown confirm = %+v %v", c, err)
 	}
 }
@@ -321,13 +321,13 @@ func confirmBindAndClaim(t *testing.T, s bridge.Store) {
 	if o := claim(t, s, "id1", now, cb); o != bridge.Claimed {
 		t.Fatalf("claim with confirm = %v", o)
 	}
-	got, err := s.GetConfirm(ctx, key("c1"), "f1")
+	got, err := s.GetConfirm(ctx, key("c1").App, "f1")
 	must(t, err)
 	if got == nil || *got != *cb {
 		t.Fatalf("GetConfirm = %+v, want %+v", got, cb)
 	}
 	for i, want := range []bool{true, false, false} {
-		ok, err := s.ClaimConfirm(ctx, key("c1"), "f1")
+		ok, err := s.ClaimConfirm(ctx, key("c1").App, "f1")
 		must(t, err)
 		if ok != want {
 			t.Fatalf("ClaimConfirm #%d = %v", i, ok)
@@ -346,7 +346,7 @@ func confirmTakenLeavesCallOpen(t *testing.T, s bridge.Store) {
 	if o := claim(t, s, "id2", now, &cb2); o != bridge.ClaimConfirmTaken {
 		t.Fatalf("reused confirmId = %v, want taken", o)
 	}
-	if got, _ := s.GetConfirm(ctx, key("c1"), "f1"); got == nil || got.CallID != "id1" {
+	if got, _ := s.GetConfirm(ctx, key("c1").App, "f1"); got == nil || got.CallID != "id1" {
 		t.Fatalf("confirm rebound: %+v", got)
 	}
 	if o := claim(t, s, "id2", now, nil); o != bridge.Claimed {
@@ -354,15 +354,14 @@ func confirmTakenLeavesCallOpen(t *testing.T, s bridge.Store) {
 	}
 }
 
-// confirmNamespacedByConversation: the same confirmId bound by two apps (and by two users
-// or conversations of one app) both succeed, each visible and claimable only in its own.
-func confirmNamespacedByConversation(t *testing.T, s bridge.Store) {
+// confirmNamespacedByApp: the same confirmId bound by two apps both succeed, each visible
+// and claimable only in its own; within one app a second user or conversation cannot bind
+// it again (409), and GetConfirm returns the first binding, whose key the bridge compares.
+func confirmNamespacedByApp(t *testing.T, s bridge.Store) {
 	now := time.Now()
 	keys := []bridge.ConvKey{
 		{App: "app1", User: "u1", Conversation: "c1"},
 		{App: "app2", User: "u1", Conversation: "c1"},
-		{App: "app1", User: "u2", Conversation: "c1"},
-		{App: "app1", User: "u1", Conversation: "c2"},
 	}
 	for i, k := range keys {
 		id := fmt.Sprintf("ns%d", i)
@@ -374,19 +373,32 @@ func confirmNamespacedByConversation(t *testing.T, s bridge.Store) {
 			t.Fatalf("%+v: binding confirmId f1 = %v, want claimed", k, o)
 		}
 	}
+	for i, other := range []bridge.ConvKey{
+		{App: "app1", User: "u2", Conversation: "c1"},
+		{App: "app1", User: "u1", Conversation: "c2"},
+	} {
+		id := fmt.Sprintf("other%d", i)
+		b := binding(id, now.Add(time.Minute))
+		b.Key = other
+		must(t, s.Bind(ctx, b, time.Hour))
+		cb := &bridge.ConfirmBinding{ConfirmID: "f1", Key: other, ClientID: "a", CallID: id}
+		if o := claim(t, s, id, now, cb); o != bridge.ClaimConfirmTaken {
+			t.Fatalf("%+v: rebinding app1's confirmId f1 = %v, want taken", other, o)
+		}
+	}
 	for i, k := range keys {
-		got, err := s.GetConfirm(ctx, k, "f1")
+		got, err := s.GetConfirm(ctx, k.App, "f1")
 		must(t, err)
 		if got == nil || got.Key != k || got.CallID != fmt.Sprintf("ns%d", i) {
 			t.Fatalf("%+v: GetConfirm = %+v", k, got)
 		}
 	}
-	ok, err := s.ClaimConfirm(ctx, keys[0], "f1")
+	ok, err := s.ClaimConfirm(ctx, keys[0].App, "f1")
 	must(t, err)
 	if !ok {
 		t.Fatal("first claim refused")
 	}
-	if ok, err := s.ClaimConfirm(ctx, keys[1], "f1"); err != nil || !ok {
+	if ok, err := s.ClaimConfirm(ctx, keys[1].App, "f1"); err != nil || !ok {
 		t.Fatalf("another app's claim of the same confirmId: %v %v", ok, err)
 	}
 }

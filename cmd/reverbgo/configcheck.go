@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"reflect"
 	"sort"
 	"strconv"
@@ -44,6 +45,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	printReverbEnvWarnings(stderr, os.Environ())
 	out, err := maskedYAML(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)

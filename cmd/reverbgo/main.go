@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	_ "net/http/pprof" // only served with --debug-addr, on its own listener
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -117,6 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reverbgo: --log-level:", err)
 		return 2
 	}
+	warnReverbEnv(logger, os.Environ())
 	metrics := newMetricsRegistry()
 	if *debugAddr != "" {
 		http.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
@@ -138,7 +140,7 @@ func (e emitter) Emit(appID string, ev map[string]any) { e.d.Emit(appID, webhook
 func (e emitter) Wants(appID, name string) bool { return e.d.Wants(appID, name) }
 
 // newConsole builds the debug console when console.enabled, else nil.
-func newConsole(cfg *config.Config, srv *pusher.Server, httpAPI *api.API, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, logger *slog.Logger) *console.Console {
+func newConsole(cfg *config.Config, srv *pusher.Server, httpAPI *api.API, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, clients *httpguard.Clients, logger *slog.Logger) *console.Console {
 	if !cfg.Console.Enabled {
 		return nil
 	}
@@ -151,7 +153,7 @@ func newConsole(cfg *config.Config, srv *pusher.Server, httpAPI *api.API, br *br
 		node = cl.node
 	}
 	logger.Info("console enabled", "path", cfg.Server.Path+"/console")
-	return console.New(console.Options{Token: cfg.Console.Token, Apps: ids, Node: node, Server: consoleServer{srv, httpAPI}, Bridge: br, Webhooks: hooks, Logger: logger})
+	return console.New(console.Options{Token: cfg.Console.Token, Apps: ids, Node: node, Server: consoleServer{srv, httpAPI}, Bridge: br, Webhooks: hooks, Clients: clients, Logger: logger})
 }
 
 // consoleServer is what the console reads (the Pusher server) and triggers through (the
@@ -163,6 +165,19 @@ type consoleServer struct {
 
 func (c consoleServer) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
 	return c.httpAPI.Trigger(ctx, appID, channel, event, data)
+}
+
+// trustedProxies parses server.trusted_proxies (validated: CIDRs or addresses).
+func trustedProxies(list []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	return out
 }
 
 // appDirectory gives the bridge app lookups over the validated config.
@@ -191,23 +206,29 @@ type node struct {
 	hooks *webhooks.Dispatcher
 	con   *console.Console    // nil unless console.enabled
 	mem   *bridge.MemoryStore // the single node's bridge store; nil with scaling
-	log   *slog.Logger
+	// clients finds a request's client (server.trusted_proxies) for the per-client limits.
+	clients *httpguard.Clients
+	log     *slog.Logger
 }
 
 func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) (*node, error) {
+	clients, err := httpguard.NewClients(cfg.Server.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("server.trusted_proxies: %w", err)
+	}
 	opts := pusher.Options{Config: cfg, Logger: logger}
 	var store bridge.Store
 	var feed bridge.ManifestFeed
 	var memStore *bridge.MemoryStore // closed on release when single node
 	var cl *cluster
-	hookOpts := webhooks.Options{Logger: logger}
+	hookOpts := webhooks.Options{Logger: logger, Lease: time.Duration(cfg.Scaling.WebhookLease) * time.Second}
 	if cfg.Scaling.Enabled {
 		var err error
 		if cl, err = newCluster(cfg, logger); err != nil {
 			return nil, err
 		}
 		// The outbox and the occupancy/hold decisions are cluster-wide (webhooks.RedisStore).
-		hookOpts.Store, hookOpts.NodeID = webhooks.NewRedisStore(cl.rdb, cl.prefix, cl.node), cl.node
+		hookOpts.Store, hookOpts.NodeID = cl.webhookStore(), cl.node
 		// A dead node's channels are vacated within the same node_timeout as its presence.
 		hookOpts.NodeTTL = time.Duration(cfg.Scaling.NodeTimeout) * time.Second
 	}
@@ -268,13 +289,17 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	httpAPI.Routes(e, prefix)
 	g := e.Group(prefix)
 	br.Register(g, prefix)
-	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger})
+	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger,
+		PublicURL: cfg.Server.PublicURL, Path: prefix, TrustedProxies: trustedProxies(cfg.Server.TrustedProxies)})
 	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
-	con := newConsole(cfg, srv, httpAPI, br, hooks, cl, logger)
+	// RFC 9728: the metadata path is the resource's path under /.well-known/, outside server.path.
+	e.Match([]string{http.MethodGet, http.MethodHead, http.MethodOptions}, mcp.MetadataPath(prefix),
+		echo.WrapHandler(http.HandlerFunc(mcpSrv.ServeMetadata)))
+	con := newConsole(cfg, srv, httpAPI, br, hooks, cl, clients, logger)
 	if con != nil {
 		con.Register(e, prefix)
 	}
-	n := &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, con: con, log: logger}
+	n := &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, con: con, clients: clients, log: logger}
 	registerNodeMetrics(metrics, n)
 	mountMetrics(e, cfg, metrics, logger)
 	return n, nil
@@ -334,7 +359,7 @@ func (n *node) release(ctx context.Context) {
 // negotiated by ALPN as before.
 func newHTTPServer(n *node, logger *slog.Logger, tlsOn bool) *http.Server {
 	srv := &http.Server{
-		Handler:           httpguard.Wrap(n.e, httpguard.Options{}),
+		Handler:           httpguard.Wrap(n.e, httpguard.Options{Clients: n.clients}),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		IdleTimeout:       120 * time.Second, // keep-alive API clients (SDKs, agents) reuse connections

@@ -46,6 +46,8 @@ var (
 		[]string{"result"}, nil)
 	descWebhookOutbox = prometheus.NewDesc("reverbgo_webhook_outbox_size",
 		"Webhook events queued or in flight (with scaling.enabled: the cluster's shared outbox as last polled, plus what this node has not handed over yet).", nil, nil)
+	descWebhookDroppedBatches = prometheus.NewDesc("reverbgo_webhook_batches_dropped_total",
+		"Webhook batches given up on after delivery began: retry_for passed without a 2xx, or dropped at shutdown (each is logged with its event types).", nil, nil)
 )
 
 type webhookCollector struct{ w webhookStats }
@@ -53,6 +55,7 @@ type webhookCollector struct{ w webhookStats }
 func (c webhookCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWebhookDeliveries
 	ch <- descWebhookOutbox
+	ch <- descWebhookDroppedBatches
 }
 
 func (c webhookCollector) Collect(ch chan<- prometheus.Metric) {
@@ -64,6 +67,7 @@ func (c webhookCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWebhookDeliveries, prometheus.CounterValue, float64(r.v), r.result)
 	}
 	ch <- prometheus.MustNewConstMetric(descWebhookOutbox, prometheus.GaugeValue, float64(s.Pending))
+	ch <- prometheus.MustNewConstMetric(descWebhookDroppedBatches, prometheus.CounterValue, float64(s.DroppedBatches))
 }
 
 // registerNodeMetrics adds a node's families: the pusher server's, the webhook queue's and,

@@ -13,6 +13,7 @@ import (
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/pusher"
+	"github.com/reverbgo/reverbgo/webhooks"
 )
 
 // cluster is what scaling.enabled adds to a node: one Redis client shared by the broker,
@@ -25,6 +26,7 @@ type cluster struct {
 	prefix   string             // of this cluster's node-level keys in Redis
 	keys     *channels.KeySpace // every key and pub/sub channel name (scaling.routing decides the layout)
 	broker   *channels.RedisBroker
+	nodes    *channels.RedisNodes // the one node registry: presence, occupancy, sockets, webhooks
 	presence *channels.RedisPresence
 	occ      *channels.RedisOccupancy
 	sockets  *bridge.RedisSocketIndex // the bridge's cross-node socket index
@@ -32,8 +34,10 @@ type cluster struct {
 	cache    *channels.RedisCache
 	apps     []string
 	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
-	// gone is set to the pusher server's MemberGone before presence.Start.
+	// gone and back are set to the pusher server's MemberGone and MemberBack before
+	// presence.Start.
 	gone func(app, channel, user string)
+	back func(app, channel, socketID string, m channels.Member)
 }
 
 // clusterView is the pusher server's cluster-wide read side: counts, channel lists and
@@ -122,23 +126,31 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: subscribing to %q: %w", channel, err)
 	}
-	c.presence = channels.NewRedisPresence(c.rdb, channels.RedisPresenceOptions{
-		Keys: c.keys, NodeID: c.node, Logger: logger,
+	c.nodes = channels.NewRedisNodes(c.rdb, channels.RedisNodesOptions{
+		Prefix: prefix, NodeID: c.node, Logger: logger,
 		NodeTimeout: time.Duration(cfg.Scaling.NodeTimeout) * time.Second,
+	})
+	c.presence = channels.NewRedisPresence(c.rdb, channels.RedisPresenceOptions{
+		Nodes: c.nodes, Logger: logger,
 		OnGone: func(app, ch, user string) {
 			if c.gone != nil {
 				c.gone(app, ch, user)
 			}
 		},
+		OnBack: func(app, ch, socketID string, m channels.Member) {
+			if c.back != nil {
+				c.back(app, ch, socketID, m)
+			}
+		},
 	})
 	// Toolmark channels' counts are written through: the bridge checks, on any node, that a
 	// page is subscribed as soon as its subscription is answered.
-	c.occ = channels.NewRedisOccupancy(c.presence, bridge.ChannelPrefix, logger)
+	c.occ = channels.NewRedisOccupancy(c.nodes, bridge.ChannelPrefix, logger)
 	// Only toolmark sockets are indexed: the bridge is the only reader of socket lookups.
-	c.sockets = bridge.NewRedisSocketIndex(c.rdb, c.presence, logger)
+	c.sockets = bridge.NewRedisSocketIndex(c.rdb, c.nodes, logger)
 	if c.store, err = bridge.NewRedisStore(ctx, c.rdb, prefix+"toolmark:"); err != nil {
 		c.occ.Close()
-		_ = c.presence.Close()
+		_ = c.nodes.Close()
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: bridge store: %w", err)
@@ -146,7 +158,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, prefix+"toolmark:", logger); err != nil {
 		_ = c.store.Close()
 		c.occ.Close()
-		_ = c.presence.Close()
+		_ = c.nodes.Close()
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: toolmark manifest feed: %w", err)
@@ -159,6 +171,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 // its connection counts to the occupancy batch (for the cluster-wide /connections).
 func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	c.gone = srv.MemberGone
+	c.back = srv.MemberBack
 	c.occ.SetConnections(func() map[string]int64 {
 		out := make(map[string]int64, len(c.apps))
 		for _, app := range c.apps {
@@ -167,13 +180,24 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 		return out
 	})
 	c.broker.Start(reg.DeliverLocal)
-	c.presence.Start()
+	c.nodes.Start()
 	// On Redis Cluster the node's subscription connections (one per bucket) are made before
 	// it takes sockets, so first subscribes do not wait for dials.
 	select {
 	case <-c.broker.Dialled():
 	case <-time.After(startupTimeout):
 	}
+}
+
+// webhookStore is the webhooks' cluster store, its dead nodes reaped by the node registry
+// (the same node_timeout as presence and occupancy); call it before start.
+func (c *cluster) webhookStore() *webhooks.RedisStore {
+	s := webhooks.NewRedisStore(c.rdb, c.prefix, c.node)
+	s.UseNodeRegistry()
+	c.nodes.Track(channels.NodeState{Reap: func(ctx context.Context, node string, _ time.Time) error {
+		return s.ReapNode(ctx, node, time.Now())
+	}})
+	return s
 }
 
 // health is /up's dependency check: the subscription must be live and Redis must answer.
@@ -185,15 +209,21 @@ func (c *cluster) health(ctx context.Context) map[string]string {
 }
 
 // close runs after the pusher server and the bridge have shut down: occupancy's last batch,
-// presence (it reaps this node's leftovers and announces them through the still-open
-// broker), then beforeRedis (the webhooks hand what they hold to Redis), then the
-// subscriptions, then the client.
+// presence's leftovers (reaped and announced through the still-open broker and webhooks),
+// then beforeRedis (the webhooks hand what they hold to Redis), then the node registry
+// (this node reaps all its state and leaves the cluster: a join landing later is refused),
+// then the subscriptions, then the client.
 func (c *cluster) close(logger *slog.Logger, beforeRedis func()) {
 	c.occ.Close()
-	if err := c.presence.Close(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := c.presence.Drain(ctx); err != nil {
 		logger.Warn("presence cleanup on shutdown failed; survivors will reap this node", "error", err, "node", c.node)
 	}
+	cancel()
 	beforeRedis()
+	if err := c.nodes.Close(); err != nil {
+		logger.Warn("node cleanup on shutdown failed; survivors will reap this node", "error", err, "node", c.node)
+	}
 	_ = c.feed.Close()
 	_ = c.store.Close()
 	_ = c.broker.Close()

@@ -87,7 +87,7 @@ function socketOptions(server) {
 /**
  * pusher-js client. Channel authorization and user authentication are signed in-process by the
  * server SDK (pusher-js customHandler), as a Laravel backend would, unless options override.
- * user: {id, info} used for presence channel_data and signin.
+ * user: {id, info, watchlist} used for presence channel_data and signin.
  */
 function pusherClient(server, { app = server.app, user, options = {}, sdkExtra } = {}) {
   const signer = sdk(server, app, sdkExtra);
@@ -110,6 +110,7 @@ function pusherClient(server, { app = server.app, user, options = {}, sdkExtra }
         try {
           const data = { id: String(user ? user.id : 'anon') };
           if (user && user.info) data.user_info = user.info;
+          if (user && user.watchlist) data.watchlist = user.watchlist;
           cb(null, signer.authenticateUser(socketId, data));
         } catch (err) {
           cb(err, null);

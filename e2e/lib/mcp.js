@@ -25,9 +25,33 @@ function jwt(claims, { secret, alg = 'HS256' } = {}) {
   return `${head}.${body}.${sig}`;
 }
 
-/** The token an app mints for one user's conversation (5 minutes, iat now). */
+/** PUBLIC_URL is server.public_url of the MCP tests' servers: tokens name RESOURCE in aud. */
+const PUBLIC_URL = 'http://reverbgo.e2e';
+const resourceOf = (base = PUBLIC_URL, prefix = '') => `${base}${prefix}/toolmark/mcp`;
+const RESOURCE = resourceOf();
+
+/**
+ * The token an app mints for one user's conversation (5 minutes, iat now), for RESOURCE unless
+ * aud says otherwise (aud: undefined leaves it out).
+ */
 function tokenFor(app, { user = 'u1', conv, ...extra } = {}) {
-  return jwt({ iss: app.key, sub: user, conversation_id: conv, iat: nowSec(), exp: nowSec() + 300, ...extra }, { secret: app.secret });
+  return jwt({ iss: app.key, sub: user, conversation_id: conv, aud: RESOURCE, iat: nowSec(), exp: nowSec() + 300, ...extra }, { secret: app.secret });
+}
+
+/**
+ * A token signed with a private KeyObject (RS256, ES256 or EdDSA) under kid, as an
+ * authorization server (Passport, laravel/mcp) issues them.
+ */
+function asymToken(claims, { key, kid, alg }) {
+  const head = b64u(JSON.stringify({ alg, typ: 'JWT', kid }));
+  const body = b64u(JSON.stringify(claims));
+  const input = Buffer.from(`${head}.${body}`);
+  let sig;
+  if (alg === 'RS256') sig = crypto.sign('sha256', input, key);
+  else if (alg === 'ES256') sig = crypto.sign('sha256', input, { key, dsaEncoding: 'ieee-p1363' });
+  else if (alg === 'EdDSA') sig = crypto.sign(null, input, key);
+  else throw new Error(`alg ${alg}`);
+  return `${head}.${body}.${sig.toString('base64url')}`;
 }
 
 /**
@@ -54,8 +78,8 @@ const INIT = {
  * A raw Streamable HTTP request: POST of a JSON-RPC body (initialize by default), or GET/DELETE.
  * authorization: the whole header value, or undefined for none.
  */
-async function mcpRaw(server, { method = 'POST', authorization, session, body = INIT } = {}) {
-  const headers = { Accept: 'application/json, text/event-stream' };
+async function mcpRaw(server, { method = 'POST', authorization, session, body = INIT, headers: extra = {} } = {}) {
+  const headers = { Accept: 'application/json, text/event-stream', ...extra };
   if (method === 'POST') headers['Content-Type'] = 'application/json';
   if (authorization !== undefined) headers.Authorization = authorization;
   if (session) headers['Mcp-Session-Id'] = session;
@@ -107,4 +131,4 @@ async function until(fn, what, ms = WAIT_MS) {
   }
 }
 
-module.exports = { jwt, tokenFor, nowSec, mcpConnect, mcpRaw, respond, until, INIT };
+module.exports = { jwt, tokenFor, asymToken, nowSec, mcpConnect, mcpRaw, respond, until, INIT, PUBLIC_URL, RESOURCE, resourceOf };

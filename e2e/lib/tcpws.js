@@ -6,6 +6,7 @@
 const net = require('node:net');
 const tls = require('node:tls');
 const crypto = require('node:crypto');
+const zlib = require('node:zlib');
 const { WAIT_MS, deadline, sleep } = require('./util');
 
 const OP = { cont: 0x0, text: 0x1, binary: 0x2, close: 0x8, ping: 0x9, pong: 0xa };
@@ -94,13 +95,13 @@ class TcpWs {
   }
 
   /** Connects and completes the opening handshake; resolves once the 101 is read. */
-  static async connect(server, { key = server.app.key, query = 'protocol=7&client=js&version=8.6.0' } = {}) {
+  static async connect(server, { key = server.app.key, query = 'protocol=7&client=js&version=8.6.0', headers = '' } = {}) {
     const sock = await TcpWs.socket(server);
     const client = new TcpWs(sock);
     const wsKey = crypto.randomBytes(16).toString('base64');
     sock.write(
       `GET ${server.prefix || ''}/app/${key}?${query} HTTP/1.1\r\nHost: ${server.host}:${server.port}\r\n` +
-        `Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ${wsKey}\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+        `Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ${wsKey}\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`,
     );
     const head = await deadline(
       new Promise((resolve, reject) => {
@@ -123,6 +124,7 @@ class TcpWs {
     if (!/^HTTP\/1\.1 101/.test(head)) throw new Error(`handshake refused: ${head.split('\r\n')[0]}`);
     const accept = crypto.createHash('sha1').update(`${wsKey}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
     if (!head.toLowerCase().includes(`sec-websocket-accept: ${accept.toLowerCase()}`)) throw new Error('bad Sec-WebSocket-Accept');
+    client.head = head;
     const est = await client.next((f) => f.msg && f.msg.event === 'pusher:connection_established');
     client.socketId = JSON.parse(est.msg.data).socket_id;
     return client;
@@ -148,8 +150,13 @@ class TcpWs {
       const masked = (b1 & 0x80) !== 0;
       if (masked) p += 4; // servers must not mask; recorded so a test can assert it
       if (this.buf.length < p + n) break;
-      const payload = this.buf.subarray(p, p + n);
-      const f = { fin: (b0 & 0x80) !== 0, rsv: (b0 >> 4) & 7, op: b0 & 0x0f, masked, payload: Buffer.from(payload) };
+      let payload = this.buf.subarray(p, p + n);
+      const f = { fin: (b0 & 0x80) !== 0, rsv: (b0 >> 4) & 7, op: b0 & 0x0f, masked, wireBytes: p + n };
+      if (f.rsv === 4 && f.fin && f.op < 8) {
+        // permessage-deflate (RFC 7692 §7.2.2): the message plus the sync-flush tail.
+        payload = zlib.inflateRawSync(Buffer.concat([payload, Buffer.from([0, 0, 0xff, 0xff])]), { finishFlush: zlib.constants.Z_SYNC_FLUSH });
+      }
+      f.payload = Buffer.from(payload);
       if (f.op === OP.text) {
         f.text = payload.toString('utf8');
         try {

@@ -6,67 +6,28 @@
 // proxy (paths with escaped characters, signed query strings).
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
-const fs = require('node:fs');
-const os = require('node:os');
-const path = require('node:path');
 const { sdk, apiGet, outcome, pusherClient, whenConnected, subscribe, inbox } = require('../lib/clients');
 const { startTopology, startNodes, haveRedis } = require('../lib/cluster');
-const { freePort, waitUp } = require('../lib/server');
+const { NGINX, startNginx } = require('../lib/nginx');
 const { cleanup, uid, eventually } = require('../lib/util');
 
 const APPS = [{ app_id: 'ngx', key: 'ngx-key', secret: 'ngx-secret', accept_client_events_from: 'members' }];
-const CONF = path.resolve(__dirname, '../../deploy/nginx.conf');
-const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx', '/usr/local/sbin/nginx'].find((p) => fs.existsSync(p));
-
-/** deploy/nginx.conf with this run's port, upstreams and writable paths. */
-function testConfig(text, { port, upstreams, dir }) {
-  let out = text.replace(/listen 80;/, `listen 127.0.0.1:${port};`);
-  out = out.replace('server reverbgo1:8080', `server 127.0.0.1:${upstreams[0]}`);
-  out = out.replace('server reverbgo2:8080', `server 127.0.0.1:${upstreams[1]}`);
-  out = out.replace('worker_processes auto;', 'worker_processes 1;');
-  assert.ok(out.includes(`127.0.0.1:${port}`) && out.includes(`127.0.0.1:${upstreams[1]}`), 'substitutions applied');
-  const paths = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((n) => `    ${n}_temp_path ${dir}/${n};`).join('\n');
-  out = out.replace('http {', `http {\n    access_log ${dir}/access.log;\n${paths}\n`);
-  const user = process.getuid && process.getuid() === 0 ? 'user root;\n' : '';
-  return `${user}pid ${dir}/nginx.pid;\n${out}`;
-}
 
 describe('deploy/nginx.conf in front of two nodes', { skip: (!NGINX && 'nginx not installed') || (!haveRedis() && 'redis not installed') }, () => {
   let topo;
   let nodes;
   let nginx;
   let proxy; // what the clients see: one "server" at nginx's address
-  let dir;
   before(async () => {
     topo = await startTopology('standalone');
     nodes = await startNodes(topo, 2, { apps: APPS });
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'reverbgo-nginx-'));
-    const port = await freePort();
-    const file = path.join(dir, 'nginx.conf');
-    fs.writeFileSync(file, testConfig(fs.readFileSync(CONF, 'utf8'), { port, upstreams: nodes.map((n) => n.port), dir }));
-    let out = '';
-    nginx = spawn(NGINX, ['-p', dir, '-c', file, '-e', path.join(dir, 'error.log'), '-g', 'daemon off;'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    nginx.stdout.on('data', (d) => (out += d));
-    nginx.stderr.on('data', (d) => (out += d));
-    const exited = new Promise((resolve) => nginx.on('exit', resolve));
-    await Promise.race([
-      waitUp(`http://127.0.0.1:${port}/up`, 10000),
-      exited.then((code) => {
-        throw new Error(`nginx exited with ${code}: ${out} ${fs.existsSync(path.join(dir, 'error.log')) ? fs.readFileSync(path.join(dir, 'error.log'), 'utf8') : ''}`);
-      }),
-    ]);
-    proxy = { host: '127.0.0.1', port, prefix: '', tls: false, app: APPS[0], url: `http://127.0.0.1:${port}` };
+    nginx = await startNginx(nodes.map((n) => n.port));
+    proxy = { host: '127.0.0.1', port: nginx.port, prefix: '', tls: false, app: APPS[0], url: `http://127.0.0.1:${nginx.port}` };
   });
   after(async () => {
-    if (nginx && nginx.exitCode === null) {
-      const done = new Promise((resolve) => nginx.on('exit', resolve));
-      nginx.kill('SIGQUIT');
-      await done;
-    }
+    if (nginx) await nginx.stop();
     if (nodes) await nodes.stopAll();
     if (topo) await topo.stop();
-    if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });
 
   test('pusher-js through nginx: private and presence channels, triggers through nginx reach both nodes', async (t) => {

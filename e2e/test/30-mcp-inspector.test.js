@@ -12,7 +12,7 @@ const { sdk } = require('../lib/clients');
 const { startAuthApp } = require('../lib/authapp');
 const { cleanup, uid } = require('../lib/util');
 const { toolmarkChannelPolicy, openPage } = require('../lib/toolmark');
-const { tokenFor, respond } = require('../lib/mcp');
+const { tokenFor, respond, PUBLIC_URL, resourceOf } = require('../lib/mcp');
 
 const BIN = path.resolve(__dirname, '../node_modules/.bin/mcp-inspector-cli');
 const APP = { app_id: 'insp1', key: 'insp1-key', secret: 'insp1-secret', toolmark: { enabled: true, mcp: { enabled: true } } };
@@ -20,7 +20,7 @@ let server, authApp;
 const users = { t1: { id: 'u1', conversations: new Set() } };
 
 before(async () => {
-  server = await startServer({ apps: [APP], server: { path: '/ws' } });
+  server = await startServer({ apps: [APP], server: { path: '/ws', public_url: PUBLIC_URL } });
   authApp = await startAuthApp({ sdk: sdk(server, APP), users, deny: toolmarkChannelPolicy });
 });
 after(async () => {
@@ -42,7 +42,7 @@ function inspector(args, token) {
 }
 
 test('inspector CLI: initialize and tools/list with no page connected (an empty list)', async () => {
-  const res = await inspector(['--method', 'tools/list'], tokenFor(APP, { conv: uid('c') }));
+  const res = await inspector(['--method', 'tools/list'], tokenFor(APP, { conv: uid('c'), aud: resourceOf(PUBLIC_URL, '/ws') }));
   assert.equal(res.code, 0, res.stderr);
   assert.deepEqual(JSON.parse(res.stdout), { tools: [], ttlMs: 0, cacheScope: 'private' });
 });
@@ -64,7 +64,7 @@ test('inspector CLI: tools/list and tools/call against a simulated page (server.
     ? { status: 'ok', data: { inputSchema: { type: 'object', properties: { name: { type: 'string' } } } } }
     : { status: 'ok', data: `hello ${m.input.name}` }));
   cleanup(t).add(() => stop());
-  const token = tokenFor(APP, { conv });
+  const token = tokenFor(APP, { conv, aud: resourceOf(PUBLIC_URL, '/ws') });
   const list = await inspector(['--method', 'tools/list'], token);
   assert.equal(list.code, 0, list.stderr);
   const listed = JSON.parse(list.stdout).tools;

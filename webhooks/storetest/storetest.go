@@ -90,11 +90,11 @@ func push(t *testing.T, s webhooks.Store, key string, raws ...string) {
 
 func claim(t *testing.T, s webhooks.Store, key, owner string, max int) ([]string, bool) {
 	t.Helper()
-	b, ok, err := s.Claim(ctx, key, owner, max, lease)
+	b, ok, err := s.Claim(ctx, key, owner, max, lease, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strs(b), ok
+	return strs(b.Events), ok
 }
 
 func wantClaim(t *testing.T, s webhooks.Store, key, owner string, max int, want ...string) {
@@ -211,22 +211,28 @@ func leaseExclusive(t *testing.T, s []webhooks.Store) {
 func leaseTakeover(t *testing.T, s []webhooks.Store) {
 	st := s[0]
 	push(t, st, "k", "0", "1")
-	if _, ok, err := st.Claim(ctx, "k", "a", 1, 50*time.Millisecond); err != nil || !ok {
-		t.Fatal(ok, err)
+	first := time.UnixMilli(1_700_000_000_000)
+	if b, ok, err := st.Claim(ctx, "k", "a", 1, 50*time.Millisecond, first); err != nil || !ok || !b.Since.Equal(first) {
+		t.Fatal(b.Since, ok, err)
 	}
 	if _, ok := claim(t, st, "k", "b", 1); ok {
 		t.Fatal("claimed before the lease expired")
 	}
 	elapse(100 * time.Millisecond)
-	if got, ok := claim(t, st, "k", "b", 1); !ok || !slices.Equal(got, []string{"0"}) {
-		t.Fatalf("new owner got %v ok=%v, want the unacknowledged batch [0]", got, ok)
+	// The batch keeps the time of its first claim: RetryFor counts from there on any owner.
+	b, ok, err := st.Claim(ctx, "k", "b", 1, lease, first.Add(time.Minute))
+	if err != nil || !ok || !slices.Equal(strs(b.Events), []string{"0"}) || !b.Since.Equal(first) {
+		t.Fatalf("new owner got %v since %v ok=%v %v, want the unacknowledged batch [0] since %v", strs(b.Events), b.Since, ok, err, first)
 	}
 	ack(t, st, "k", "a", false) // the old owner learns it lost the batch
 	if ok, _ := st.Renew(ctx, "k", "a", lease); ok {
 		t.Fatal("old owner renewed a lost lease")
 	}
 	ack(t, st, "k", "b", true)
-	wantClaim(t, st, "k", "b", 1, "1")
+	next := first.Add(2 * time.Minute)
+	if b, ok, err := st.Claim(ctx, "k", "b", 1, lease, next); err != nil || !ok || !slices.Equal(strs(b.Events), []string{"1"}) || !b.Since.Equal(next) {
+		t.Fatalf("next batch %v since %v ok=%v %v, want [1] since %v", strs(b.Events), b.Since, ok, err, next)
+	}
 }
 
 func emptyClaimReleases(t *testing.T, s []webhooks.Store) {

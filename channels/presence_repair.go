@@ -1,0 +1,256 @@
+package channels
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The RedisPresence's part in the node registry (RedisNodes): the NodeState it tracks,
+// which repairs this node's memberships when Redis lost them (rejoin, verify), retries
+// failed leaves, and reaps a dead node's memberships.
+
+// Start starts the node registry's heartbeat when the store made its own (a shared registry
+// is started by its owner).
+func (p *RedisPresence) Start() {
+	if p.own {
+		p.nodes.Start()
+	}
+}
+
+// Heartbeat runs one heartbeat of the registry (see NodeRegistry.Heartbeat).
+func (p *RedisPresence) Heartbeat(ctx context.Context) error { return p.nodes.Heartbeat(ctx) }
+
+// NodeID is this node's id, the one NodeKey and LiveNodes use.
+func (p *RedisPresence) NodeID() string { return p.node }
+
+// LiveNodes lists the registry's live nodes (NodeRegistry.LiveNodes).
+func (p *RedisPresence) LiveNodes(ctx context.Context) ([]string, error) {
+	return p.nodes.LiveNodes(ctx)
+}
+
+// TrackNodeState registers per-node state with the registry (RedisNodes.TrackNodeState).
+func (p *RedisPresence) TrackNodeState(resync func(context.Context) error, suffixes ...string) {
+	p.nodes.TrackNodeState(resync, suffixes...)
+}
+
+func (p *RedisPresence) redisNodes() *RedisNodes { return p.nodes }
+
+// NodeKeyTTL is the registry's per-node key TTL (RedisNodes.NodeKeyTTL).
+func (p *RedisPresence) NodeKeyTTL() time.Duration { return p.nodes.NodeKeyTTL() }
+
+// Close closes the registry when the store made its own: the heartbeat stops and this node
+// reaps its own leftovers (memberships whose leave never reached Redis), reporting them
+// through OnGone, so a clean shutdown leaves nothing for the survivors. A shared registry is
+// closed by its owner. Close the pusher server first so that its sockets leave normally.
+func (p *RedisPresence) Close() error {
+	if p.own {
+		return p.nodes.Close()
+	}
+	return nil
+}
+
+// Drain retries failed leaves and reaps this node's leftover memberships (announcing them
+// through OnGone) while the node is still listed; the registry's Close, later, reaps whatever
+// joined since and unlists the node.
+func (p *RedisPresence) Drain(ctx context.Context) error {
+	_ = p.retryLeaves(ctx)
+	_, err := p.Reap(ctx, p.node, time.Now().Add(time.Hour))
+	return err
+}
+
+// tick is the store's part of every heartbeat: failed leaves retried, and (unless the node
+// just rejoined) the memberships compared with Redis.
+func (p *RedisPresence) tick(ctx context.Context, rejoined bool) error {
+	if err := p.retryLeaves(ctx); err != nil {
+		return err
+	}
+	if rejoined {
+		return nil
+	}
+	return p.verify(ctx)
+}
+
+// closing retries failed leaves before Close reaps this node.
+func (p *RedisPresence) closing(ctx context.Context) { _ = p.retryLeaves(ctx) }
+
+// reapNode is the store's NodeState.Reap.
+func (p *RedisPresence) reapNode(ctx context.Context, node string, cutoff time.Time) error {
+	n, err := p.Reap(ctx, node, cutoff)
+	if n > 0 {
+		p.log.Info("reaped a dead node's presence", "node", node, "users_gone", n, "by", p.node)
+	}
+	return err
+}
+
+// rejoin is the store's Resync: the registry had lost this node (Redis restarted empty, or
+// a survivor reaped it during a long pause), so every membership of the mirror is joined
+// again, and a user Redis had removed is announced back (OnBack).
+func (p *RedisPresence) rejoin(ctx context.Context) error {
+	p.mu.Lock()
+	mirror := make(map[string]Member, len(p.mirror))
+	for e, m := range p.mirror {
+		mirror[e] = m
+	}
+	p.mu.Unlock()
+	if len(mirror) > 0 {
+		p.log.Warn("redis had forgotten this node; joining its presence members again", "node", p.node, "memberships", len(mirror))
+	}
+	for e, m := range mirror {
+		if err := p.rejoinEntry(ctx, e, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verify repairs this node's memberships when Redis holds a different number of them than
+// the mirror: writes lost to a Sentinel failover (replication is asynchronous) or to a
+// Cluster shard's failover. Memberships Redis lacks are joined again; ones the node no
+// longer has are left (a last one is reported through OnGone). The check is one SCARD, made
+// only while no Join or Leave is under way.
+func (p *RedisPresence) verify(ctx context.Context) error {
+	ops := p.ops.Load()
+	if p.inflight.Load() != 0 {
+		return nil
+	}
+	p.mu.Lock()
+	n := len(p.mirror)
+	p.mu.Unlock()
+	set := p.NodeKey(p.node, "presence")
+	card, err := p.rdb.SCard(ctx, set).Result()
+	if err != nil || int(card) == n || p.inflight.Load() != 0 || p.ops.Load() != ops {
+		return err
+	}
+	have, err := p.rdb.SMembers(ctx, set).Result()
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.inflight.Load() != 0 || p.ops.Load() != ops {
+		p.mu.Unlock()
+		return nil // changed meanwhile: the next heartbeat looks again
+	}
+	mirror := make(map[string]Member, len(p.mirror))
+	for e, m := range p.mirror {
+		mirror[e] = m
+	}
+	p.mu.Unlock()
+	p.log.Warn("redis presence differs from this node's; repairing", "node", p.node, "redis", card, "node_has", n)
+	inRedis := make(map[string]bool, len(have))
+	for _, e := range have {
+		inRedis[e] = true
+		if _, ok := mirror[e]; ok {
+			continue
+		}
+		last, err := p.leave(ctx, e)
+		if err != nil {
+			return err
+		}
+		if last && p.onGone != nil {
+			app, ch, _, user, _ := splitEntry(e)
+			p.onGone(app, ch, user)
+		}
+	}
+	for e, m := range mirror {
+		if inRedis[e] {
+			continue
+		}
+		if err := p.rejoinEntry(ctx, e, m); err != nil {
+			return err
+		}
+	}
+	// Writes were lost: the other per-node state may have lost some too.
+	return p.nodes.resync(ctx, p.nodes.snapshot(), p)
+}
+
+func (p *RedisPresence) retryLeaves(ctx context.Context) error {
+	p.mu.Lock()
+	pending := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	for i, e := range pending {
+		last, err := p.leave(ctx, e)
+		if err != nil {
+			p.mu.Lock()
+			p.pending = append(p.pending, pending[i:]...)
+			p.mu.Unlock()
+			return err
+		}
+		if last && p.onGone != nil {
+			app, ch, _, user, _ := splitEntry(e)
+			p.onGone(app, ch, user)
+		}
+	}
+	return nil
+}
+
+// reapScript removes the given memberships (ARGV[3..], each as entry, socket, user) of a dead node and, once none are
+// left, forgets the node and deletes its other keys. KEYS are the node's membership set, the
+// node heartbeat set, then the sockets, counts and users hashes of each membership in turn,
+// then the node's other keys: every key arrives in KEYS, as Redis Cluster requires. A node
+// that heartbeated since it was found dead (ZSCORE above ARGV[2]) is left alone. A
+// membership another reaper already removed (SREM answers 0) is skipped, so concurrent
+// reapers remove each exactly once. It returns {done, i, ...}: the 1-based indexes of the
+// memberships whose user lost their last socket in the channel.
+var reapScript = redis.NewScript(`
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if score and tonumber(score) > tonumber(ARGV[2]) then return {1} end
+local out = {0}
+local n = (#ARGV - 2) / 3
+for i = 1, n do
+  local e, socket, user = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
+  if redis.call('SREM', KEYS[1], e) == 1 then
+    local S, C, U = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
+    if redis.call('HGET', S, socket) == user then
+      redis.call('HDEL', S, socket)
+      if redis.call('HINCRBY', C, user, -1) <= 0 then
+        redis.call('HDEL', C, user)
+        redis.call('HDEL', U, user)
+        table.insert(out, i)
+      end
+    end
+  end
+end
+if redis.call('SCARD', KEYS[1]) == 0 then out[1] = 1 end
+return out`)
+
+// Reap removes a node whose last heartbeat is not after cutoff, batch by batch, calling
+// OnGone for each user who left; it returns how many did. Survivors may reap the same node
+// concurrently: the script's SREM hands each membership to exactly one of them.
+func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time) (int, error) {
+	set := p.NodeKey(node, "presence")
+	gone := 0
+	for {
+		batch, err := p.rdb.SRandMemberN(ctx, set, reapBatch).Result()
+		if err != nil {
+			return gone, err
+		}
+		keys := []string{set, p.nodeSet()}
+		args := []any{node, cutoff.UnixMilli()}
+		for _, e := range batch {
+			app, ch, socket, user, _ := splitEntry(e)
+			keys = append(keys, p.sockets(app, ch), p.counts(app, ch), p.users(app, ch))
+			args = append(args, e, socket, user)
+		}
+		res, err := reapScript.Run(ctx, p.rdb, keys, args...).Slice()
+		if err != nil {
+			return gone, err
+		}
+		for _, v := range res[1:] {
+			i, _ := v.(int64)
+			if i < 1 || int(i) > len(batch) {
+				continue
+			}
+			gone++
+			if p.onGone != nil {
+				app, ch, _, user, _ := splitEntry(batch[i-1])
+				p.onGone(app, ch, user)
+			}
+		}
+		if done, _ := res[0].(int64); done == 1 {
+			return gone, nil
+		}
+	}
+}
