@@ -171,14 +171,27 @@ func (p *RedisPresence) retryLeaves(ctx context.Context) error {
 	p.pending = nil
 	p.mu.Unlock()
 	for i, e := range pending {
-		last, err := p.leave(ctx, e)
+		n, err := p.leaveN(ctx, e)
+		if err == nil && n < 0 {
+			// Redis lost the membership while the leave could not reach it (it restarted
+			// empty, or a failover dropped the write): the other nodes' clients still hold
+			// the member, so it leaves unless another socket of the user has joined since
+			// (or been joined again by its node's rejoin). A member announced gone here
+			// whose other node rejoins later is announced back by that node (OnBack).
+			app, ch, _, user, _ := splitEntry(e)
+			var held bool
+			held, err = p.rdb.HExists(ctx, p.users(app, ch), user).Result()
+			if err == nil && !held {
+				n = 1
+			}
+		}
 		if err != nil {
 			p.mu.Lock()
 			p.pending = append(p.pending, pending[i:]...)
 			p.mu.Unlock()
 			return err
 		}
-		if last && p.onGone != nil {
+		if n == 1 && p.onGone != nil {
 			app, ch, _, user, _ := splitEntry(e)
 			p.onGone(app, ch, user)
 		}
