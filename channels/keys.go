@@ -10,14 +10,14 @@ import (
 //
 // Two layouts. The legacy one (scaling.routing: broadcast, what earlier versions wrote) puts
 // everything under one Redis Cluster hash tag, "{reverbgo:<channel>}:", so one master
-// carries the whole cluster. The spread one (routing: interest) keeps node-level state
-// (heartbeats, the node set, per-node connection counts) under that tag and puts each
-// channel's keys, its routed pub/sub channel and the per-node sets that scripts touch with
-// them under the tag of the channel's bucket: KeyBuckets tags chosen so that their hash
-// slots sit evenly over the 16384 slots, which on a Cluster whose masters own slot ranges
-// spreads the channels' work evenly over the masters. A bucket, not the channel itself, is
-// the tag so that the per-node sets a dead node's reaper walks are KeyBuckets keys, not one
-// per channel the node ever had.
+// carries the whole cluster. The spread one (routing: interest) puts each channel's routed
+// pub/sub channel and its cache key under the tag of the channel's bucket: KeyBuckets tags
+// chosen so that their hash slots sit evenly over the 16384 slots, which on a Cluster whose
+// masters own slot ranges spreads the publishes evenly over the masters (and a node needs one
+// shard-subscription connection per bucket, not per master it happens to reach). Presence,
+// counts, the socket index and every node-level key keep the node-level tag in both: the
+// node registry's scripts check the node set together with a channel's presence hashes.
+// NodeBucketKey names per-node keys of a bucket for state that could move there.
 
 // KeyBuckets is the number of slot buckets channels are spread over (spread layout).
 const KeyBuckets = 64
@@ -92,14 +92,6 @@ func (k *KeySpace) Bucket(app, ch string) int {
 		return 0
 	}
 	return BucketOf(app + "\x00" + ch)
-}
-
-// SocketBucket is the bucket of per-socket state (0 in the legacy layout).
-func (k *KeySpace) SocketBucket(socketID string) int {
-	if !k.spread {
-		return 0
-	}
-	return BucketOf(socketID)
 }
 
 // BucketOf is the bucket of any per-channel or per-socket identity s.
