@@ -215,11 +215,20 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind) {
 		frames = [][]byte{session, frames[0]}
 	}
 	if kind.IsCache() {
-		// The barrier keeps subscription_succeeded and the replay ahead of the channel's
-		// events published while the last one is read.
+		// On the connection's task goroutine (bounded, issue 20 fault 3): once this node's
+		// Redis subscription to the channel is confirmed (interest routing: an event
+		// published after the read below reaches this node), the last event is read; the
+		// barrier keeps subscription_succeeded and the replay ahead of later events.
+		ctx, cancel := context.WithTimeout(t.ctx, cacheReplayTimeout)
+		_ = c.srv.reg.AwaitRouted(ctx, cfg.ID, name)
+		cancel()
 		frames = append(frames, c.cacheReplay(t, name))
+		b.Release(frames...)
+	} else {
+		// Under interest routing the answer waits (in the barrier, not on this goroutine) until
+		// this node's Redis subscription to the channel is confirmed: no lost first event.
+		c.srv.reg.WhenRouted(cfg.ID, name, func() { b.Release(frames...) })
 	}
-	b.Release(frames...)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {
 		c.srv.emit(cfg.ID, map[string]any{"name": "channel_occupied", "channel": name})
@@ -264,6 +273,7 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member) {
 	count, added := s.reg.Subscribe(cfg.ID, name, c)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)
+	_ = s.reg.AwaitRouted(ctx, cfg.ID, name) // member_added of later joiners reaches this node
 	// The member list is read after Subscribe: a concurrent join is then in the list or
 	// arrives as member_added after subscription_succeeded (at worst both; clients treat a
 	// repeated member_added as a no-op). Read before, a user joining in between would be
