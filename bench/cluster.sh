@@ -8,17 +8,23 @@
 #
 # Environment: TOPOLOGY (standalone | sentinel | cluster; default standalone, started by
 # scripts/redis-topologies.sh), NODES (3), SUBS (300), CHANNELS (30), RATES
-# ("500,1000,2000,5000,10000,20000,40000"), STEP (10s), P99_MS (100), BENCH_OUT (results
+# ("500,1000,2000,5000,10000,20000,40000"), STEP (10s), P99_MS (100), ROUTING (interest |
+# broadcast: scaling.routing, for before/after; default interest), BENCH_OUT (results
 # folder; default a new mktemp -d). Nodes are pinned round-robin to the cores (one core each
 # when there are enough, GOMAXPROCS=1), Redis and the load tool to the last core. Only
 # 127.0.0.1 is targeted; everything started here is stopped on exit (and every node stops by
 # itself after LIFETIME seconds).
+#
+# F = SUBS/CHANNELS subscribers per channel: F=1 with thousands of channels is
+#   SUBS=3000 CHANNELS=3000 bench/cluster.sh     (or F1_CHANNELS=3000, which sets both)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 TOPOLOGY=${TOPOLOGY:-standalone}
 NODES=${NODES:-3}
+if [ -n "${F1_CHANNELS:-}" ]; then SUBS=$F1_CHANNELS CHANNELS=$F1_CHANNELS; fi
 SUBS=${SUBS:-300}
 CHANNELS=${CHANNELS:-30}
+ROUTING=${ROUTING:-interest}
 RATES=${RATES:-500,1000,2000,5000,10000,20000,40000}
 STEP=${STEP:-10s}
 P99_MS=${P99_MS:-100}
@@ -55,7 +61,7 @@ for i in $(seq 0 $((NODES - 1))); do
 server: {host: 127.0.0.1, port: $port}
 apps:
   - {app_id: bench, key: bench-key, secret: bench-secret, client_event_rate_limit: 0}
-scaling: {enabled: true, $scaling, channel: bench}
+scaling: {enabled: true, $scaling, channel: bench, routing: $ROUTING}
 YAML
   GOMAXPROCS=1 taskset -c $((i % cores)) timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
     --config "$BENCH_OUT/node$i.yaml" --log-level warn >"$BENCH_OUT/node$i.log" 2>&1 </dev/null &
@@ -68,7 +74,7 @@ for port in "${ports[@]}"; do
 done
 
 csv=$(IFS=,; echo "${ports[*]}")
-echo "cluster.sh: $NODES nodes on $csv ($TOPOLOGY Redis), subscribers $SUBS on $CHANNELS channels" >&2
+echo "cluster.sh: $NODES nodes on $csv ($TOPOLOGY Redis, routing $ROUTING), subscribers $SUBS on $CHANNELS channels" >&2
 set +e
 GOMAXPROCS=1 taskset -c "$last" "$BENCH_OUT/clusterbench" --ports "$csv" --app-id bench --key bench-key --secret bench-secret \
   --subs "$SUBS" --channels "$CHANNELS" --rates "$RATES" --step "$STEP" --p99-ms "$P99_MS" | tee "$BENCH_OUT/clusterbench.log"

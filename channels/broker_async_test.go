@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/channels/channelstest"
 )
 
 // fakeSub records the frames a registry delivers to it.
@@ -38,7 +39,7 @@ func TestPublishNoWaitReachesOtherNodesInOrder(t *testing.T) {
 		regs[i] = channels.NewRegistry(channels.Options{Broker: b})
 		b.Start(regs[i].DeliverLocal)
 		subs[i] = &fakeSub{id: "s" + strconv.Itoa(i), ch: make(chan []byte, 1000)}
-		regs[i].Subscribe("app", "room", subs[i])
+		channelstest.Subscribe(t, regs[i], "app", "room", subs[i]) // routed, as a client is told
 	}
 	if !regs[0].Remote() {
 		t.Fatal("a registry over a RedisBroker must report Remote")

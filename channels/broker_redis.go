@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,10 +39,36 @@ var ErrBacklog = errors.New("redis is unreachable and the publish backlog is ful
 // ErrBrokerClosed is returned by Publish after Close.
 var ErrBrokerClosed = errors.New("broker closed")
 
+// Routing says which nodes a publish travels to (scaling.routing).
+type Routing uint8
+
+// Routings.
+const (
+	// RoutingInterest sends a channel's publishes only to the nodes with a local subscriber
+	// of it, over one pub/sub channel per channel (see interest.go).
+	RoutingInterest Routing = iota
+	// RoutingBroadcast sends every publish over one pub/sub channel every node subscribes
+	// to: what earlier versions did, for rolling upgrades.
+	RoutingBroadcast
+)
+
+// String is the routing's name in config ("interest", "broadcast").
+func (r Routing) String() string {
+	if r == RoutingBroadcast {
+		return "broadcast"
+	}
+	return "interest"
+}
+
 // RedisBrokerOptions configure a RedisBroker.
 type RedisBrokerOptions struct {
-	// Channel is the pub/sub channel shared by every node (default DefaultScalingChannel).
+	// Channel is the pub/sub channel shared by every node under broadcast routing and the
+	// namespace of the routed ones (default DefaultScalingChannel).
 	Channel string
+	// Routing picks interest (the zero value) or broadcast routing.
+	Routing Routing
+	// Keys names the routed pub/sub channels (default NewKeySpace(Channel, interest)).
+	Keys *KeySpace
 	// NodeID identifies this process in envelopes (default NewNodeID()). Every node of a
 	// cluster needs a distinct one; a restarted process should take a new one.
 	NodeID string
@@ -61,8 +86,11 @@ type RedisBrokerOptions struct {
 // RedisBroker is the cluster Broker. A publish is delivered to this node's subscribers at
 // once and queued for Redis; one writer goroutine PUBLISHes the queue in pipelined batches
 // (SPUBLISH on Redis Cluster, so a publish reaches only the shard that owns the channel).
-// Every node holds ONE subscription and hands other nodes' envelopes to DeliverLocal, which
-// only queues frames, so neither side waits on a socket nor a caller on Redis.
+// Under broadcast routing every node holds ONE subscription to the cluster channel; under
+// interest routing (the default) a publish goes to its channel's own topic and a node
+// subscribes to the topics of its local channels only (Router, interest.go). Either way
+// other nodes' envelopes go to DeliverLocal, which only queues frames, so neither side
+// waits on a socket nor a caller on Redis.
 //
 // During a Redis outage the writer keeps the batch and retries, in order; every envelope
 // carries the node's sequence number and receivers drop numbers they have seen, so a retry
@@ -74,9 +102,19 @@ type RedisBroker struct {
 	channel string
 	node    string
 	log     *slog.Logger
-	ps      *redis.PubSub
 	sharded bool
 	cache   *RedisCache
+	keys    *KeySpace
+	routing Routing
+	home    *subConn // broadcast routing's single subscription
+	router  *router  // interest routing's subscriptions
+	wg      sync.WaitGroup
+	dialled chan struct{}
+
+	received      atomic.Uint64 // messages read from Redis
+	routeTimeouts atomic.Int64  // WhenRouted callbacks run by routeWait, not by a confirmation
+	downConns     atomic.Int32  // subscription connections not live
+	pending       pendingCache  // cache channels with a publish still queued for Redis
 
 	maxBacklog int64
 	maxAge     time.Duration
@@ -92,14 +130,12 @@ type RedisBroker struct {
 	dropped    atomic.Int64
 
 	deliver  atomic.Pointer[func(Message) int]
-	down     atomic.Bool // the subscription is not live
 	pubDown  atomic.Bool // the last publish batch failed
 	lastWarn atomic.Int64
 	ctx      context.Context
 	cancel   context.CancelFunc
 	start    sync.Once
 	started  bool // set inside start; read after start.Do
-	done     chan struct{}
 }
 
 type outbound struct {
@@ -145,26 +181,49 @@ func NewRedisBroker(ctx context.Context, rdb redis.UniversalClient, opts RedisBr
 	if opts.MaxAge <= 0 {
 		opts.MaxAge = DefaultMaxAge
 	}
+	if opts.Keys == nil {
+		opts.Keys = NewKeySpace(opts.Channel, opts.Routing == RoutingInterest)
+	}
 	b := &RedisBroker{
 		rdb: rdb, channel: opts.Channel, node: opts.NodeID, log: opts.Logger, sharded: IsCluster(rdb), cache: opts.Cache,
+		keys: opts.Keys, routing: opts.Routing,
 		maxBacklog: opts.MaxBacklog, maxAge: opts.MaxAge, queue: make(chan outbound, queueSlots),
-		wdone: make(chan struct{}), done: make(chan struct{}),
+		wdone: make(chan struct{}), dialled: make(chan struct{}),
 	}
+	b.pending.init()
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.drain, b.stopDrain = context.WithCancel(context.Background())
 	go b.write()
-	// Subscribe remembers the channel even when it fails, so a later redial resubscribes.
-	if b.sharded {
-		b.ps = rdb.SSubscribe(ctx, b.channel)
-	} else {
-		b.ps = rdb.Subscribe(ctx, b.channel)
+	if b.routing == RoutingInterest {
+		b.router = newRouter(b)
+		return b, rdb.Ping(ctx).Err()
 	}
-	if _, err := b.ps.Receive(ctx); err != nil { // wait for the subscription to be live
-		b.down.Store(true)
+	close(b.dialled)
+	// Subscribe remembers the channel even when it fails, so a later redial resubscribes.
+	b.home = &subConn{sharded: b.sharded}
+	if b.sharded {
+		b.home.ps = rdb.SSubscribe(ctx, b.channel)
+	} else {
+		b.home.ps = rdb.Subscribe(ctx, b.channel)
+	}
+	if _, err := b.home.ps.Receive(ctx); err != nil { // wait for the subscription to be live
+		b.home.down = true
+		b.downConns.Add(1)
 		return b, err
 	}
 	return b, nil
 }
+
+// Routing is the broker's routing.
+func (b *RedisBroker) Routing() Routing { return b.routing }
+
+// Received is how many messages this node has read from Redis (its own included): the
+// reverbgo_cluster_messages_received_total counter.
+func (b *RedisBroker) Received() uint64 { return b.received.Load() }
+
+// RouteTimeouts is how many subscribes were answered after routeWait without a confirmed
+// Redis subscription (Redis unreachable or stalled).
+func (b *RedisBroker) RouteTimeouts() int64 { return b.routeTimeouts.Load() }
 
 // NodeID returns the id this broker stamps on its envelopes.
 func (b *RedisBroker) NodeID() string { return b.node }
@@ -175,14 +234,28 @@ func (b *RedisBroker) Start(deliver func(Message) int) {
 	b.start.Do(func() {
 		b.deliver.Store(&deliver)
 		b.started = true
-		go b.receive()
+		if b.home != nil {
+			b.wg.Add(1)
+			go b.receive(b.home)
+		}
+		if b.router != nil {
+			b.wg.Add(2)
+			go func() {
+				defer b.wg.Done()
+				b.router.run()
+			}()
+			go func() {
+				defer b.wg.Done()
+				b.dialAll()
+			}()
+		}
 	})
 }
 
 // Healthy reports whether the subscription is live and no publish is stuck waiting for
 // Redis (the last batch failed and something is still queued).
 func (b *RedisBroker) Healthy() bool {
-	return !b.down.Load() && !(b.pubDown.Load() && b.backlog.Load() > 0)
+	return b.downConns.Load() == 0 && !(b.pubDown.Load() && b.backlog.Load() > 0)
 }
 
 // Dropped is how many envelopes were dropped after waiting MaxAge for Redis.
@@ -217,6 +290,9 @@ func (b *RedisBroker) PublishAll(_ context.Context, ms []Message) error {
 	}
 	now := time.Now()
 	for _, m := range ms {
+		if b.cache != nil && m.Cacheable && KindOf(m.Channel).IsCache() {
+			b.pending.add(m.AppID, m.Channel, 1)
+		}
 		b.queue <- outbound{m: m, at: now} // never blocks: the slots are reserved
 	}
 	b.qmu.RUnlock()
@@ -245,10 +321,16 @@ func (b *RedisBroker) Close() error {
 	}
 	b.stopDrain()
 	b.cancel()
-	err := b.ps.Close()
+	var err error
+	if b.home != nil {
+		err = b.home.ps.Close()
+	}
+	if b.router != nil {
+		b.router.closeConns()
+	}
 	b.start.Do(func() {}) // no Start after Close; a broker never started has no loop to wait for
 	if b.started {
-		<-b.done
+		b.wg.Wait()
 	}
 	return err
 }
@@ -317,6 +399,9 @@ func (b *RedisBroker) write() {
 		backoff = 0
 		for _, o := range batch {
 			b.backlog.Add(-cost(o.m))
+			if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
+				b.pending.add(o.m.AppID, o.m.Channel, -1)
+			}
 		}
 		clear(batch)
 		batch = batch[:0]
@@ -329,7 +414,11 @@ func (b *RedisBroker) dropExpired(batch []outbound) []outbound {
 	cut := time.Now().Add(-b.maxAge)
 	n := 0
 	for n < len(batch) && batch[n].at.Before(cut) {
-		b.backlog.Add(-cost(batch[n].m))
+		m := batch[n].m
+		b.backlog.Add(-cost(m))
+		if b.cache != nil && m.Cacheable && KindOf(m.Channel).IsCache() {
+			b.pending.add(m.AppID, m.Channel, -1)
+		}
 		n++
 	}
 	if n > 0 {
@@ -353,95 +442,16 @@ func (b *RedisBroker) send(batch []outbound) error {
 		if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
 			b.cache.set(ctx, pipe, o.m.AppID, o.m.Channel, o.m.Frame)
 		}
+		to := b.channel
+		if b.router != nil {
+			to = b.keys.Topic(o.m.AppID, o.m.Channel)
+		}
 		if b.sharded {
-			pipe.SPublish(ctx, b.channel, o.env)
+			pipe.SPublish(ctx, to, o.env)
 		} else {
-			pipe.Publish(ctx, b.channel, o.env)
+			pipe.Publish(ctx, to, o.env)
 		}
 	}
 	_, err := pipe.Exec(ctx)
 	return err
-}
-
-// receive is the node's only reader of the cluster channel.
-func (b *RedisBroker) receive() {
-	defer close(b.done)
-	deliver := *b.deliver.Load()
-	backoff := time.Duration(0)
-	seen := newSeqFilter()
-	for {
-		msg, err := b.ps.ReceiveTimeout(b.ctx, receiveTimeout)
-		if b.ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() && !b.down.Load() {
-				// Quiet channel: a ping proves the connection (its pong is the next message).
-				_ = b.ps.Ping(b.ctx)
-				continue
-			}
-			if !b.down.Swap(true) {
-				b.log.Warn("redis subscription lost; serving this node's sockets only", "error", err, "node", b.node)
-			}
-			backoff = min(max(backoff*2, 100*time.Millisecond), 2*time.Second)
-			select {
-			case <-b.ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			continue
-		}
-		backoff = 0
-		if b.down.Swap(false) {
-			b.log.Info("redis subscription restored", "node", b.node)
-		}
-		m, ok := msg.(*redis.Message)
-		if !ok {
-			continue // *redis.Subscription after a redial, *redis.Pong
-		}
-		node, seq, dm, ok := decodeEnvelope([]byte(m.Payload))
-		if !ok {
-			b.warn("dropping a malformed message on the scaling channel", errors.New("bad envelope"))
-			continue
-		}
-		if node == b.node || !seen.fresh(node, seq) {
-			continue // delivered locally by Publish, or a retried batch's duplicate
-		}
-		deliver(dm)
-	}
-}
-
-// seqFilter remembers the highest sequence number seen per node; entries of nodes silent
-// for seqForget are forgotten so restarted nodes (new ids) do not accumulate.
-type seqFilter struct {
-	last  map[string]seqSeen
-	sweep time.Time
-}
-
-type seqSeen struct {
-	seq  uint64
-	seen time.Time
-}
-
-const seqForget = 10 * time.Minute
-
-func newSeqFilter() *seqFilter { return &seqFilter{last: map[string]seqSeen{}, sweep: time.Now()} }
-
-func (f *seqFilter) fresh(node string, seq uint64) bool {
-	now := time.Now()
-	if now.Sub(f.sweep) > time.Minute {
-		for n, s := range f.last {
-			if now.Sub(s.seen) > seqForget {
-				delete(f.last, n)
-			}
-		}
-		f.sweep = now
-	}
-	prev, ok := f.last[node]
-	if ok && seq <= prev.seq {
-		return false
-	}
-	f.last[node] = seqSeen{seq, now}
-	return true
 }

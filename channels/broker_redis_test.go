@@ -91,6 +91,9 @@ func TestRedisBrokerOutage(t *testing.T) {
 		b.Start(regs[i].DeliverLocal)
 		sinks[i] = sink{make(chan string, 100)}
 		regs[i].Subscribe("app", "c", sinks[i])
+		if err := regs[i].AwaitRouted(ctx, "app", "c"); err != nil { // as a client is told
+			t.Fatal(err)
+		}
 	}
 	addr := mr.Addr()
 	mr.Close()

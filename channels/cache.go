@@ -85,10 +85,18 @@ const cacheReadTimeout = time.Second
 // call it off the socket-reading goroutines, with a deadline in ctx.
 func (r *Registry) LastEvent(ctx context.Context, app, name string) ([]byte, bool, error) {
 	if r.remoteCache != nil {
-		// This node's copy of an event it delivered moments ago wins: it may have been
-		// published here and still be queued for Redis (SET and PUBLISH travel together, so
-		// an event from another node that this node delivered is in Redis already).
-		if f, ok := r.cache.recent(app, name, cacheLocalWins); ok {
+		// This node's copy wins while one of its own publishes to the channel is still
+		// queued for Redis (SET and PUBLISH travel together, so an event from another node
+		// that this node delivered is in Redis already). A broker that cannot tell falls back
+		// to "delivered moments ago". Under interest routing a node without a subscriber of
+		// the channel does not see other nodes' events, so an old local copy must not win.
+		if cp, ok := r.broker.(interface{ CachePending(app, ch string) bool }); ok {
+			if cp.CachePending(app, name) {
+				if f, ok := r.cache.get(app, name); ok {
+					return f, true, nil
+				}
+			}
+		} else if f, ok := r.cache.recent(app, name, cacheLocalWins); ok {
 			return f, true, nil
 		}
 		f, ok, err := r.remoteCache.LastEvent(ctx, app, name)

@@ -12,8 +12,8 @@ import (
 // decided from the cluster's state. The RedisBroker writes it (SET before the PUBLISH, in
 // one pipeline); subscribers read it through Registry.LastEvent.
 type RedisCache struct {
-	rdb    redis.UniversalClient
-	prefix string
+	rdb  redis.UniversalClient
+	keys *KeySpace
 }
 
 var _ CacheReader = (*RedisCache)(nil)
@@ -23,11 +23,15 @@ func NewRedisCache(rdb redis.UniversalClient, prefix string) *RedisCache {
 	if prefix == "" {
 		prefix = DefaultRedisPrefix
 	}
-	return &RedisCache{rdb: rdb, prefix: prefix}
+	return NewRedisCacheIn(rdb, LegacyKeySpace(prefix))
 }
 
-// Channel names cannot contain ':', so "<channel>:<app>" is unambiguous whatever the app id.
-func (c *RedisCache) key(app, ch string) string { return c.prefix + "cache:" + ch + ":" + app }
+// NewRedisCacheIn stores under the key space's names (each channel's key in its bucket).
+func NewRedisCacheIn(rdb redis.UniversalClient, keys *KeySpace) *RedisCache {
+	return &RedisCache{rdb: rdb, keys: keys}
+}
+
+func (c *RedisCache) key(app, ch string) string { return c.keys.ChannelKey("cache", app, ch) }
 
 func (c *RedisCache) set(ctx context.Context, pipe redis.Pipeliner, app, ch string, frame []byte) {
 	pipe.Set(ctx, c.key(app, ch), frame, CacheTTL)

@@ -207,7 +207,7 @@ func (n *nodes) Heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// resync runs every NodeState's Resync but skip's (its caller's own).
+// resync runs every NodeState's Resync except the one skip owns (its caller's own).
 func (n *nodes) resync(ctx context.Context, states []NodeState, skip any) error {
 	for _, s := range states {
 		if s.Resync != nil && (skip == nil || s.owner != skip) {

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
@@ -40,7 +43,7 @@ func TestRedisPresenceRejoinAnnouncesMemberAdded(t *testing.T) {
 	for _, be := range backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			prefix := testPrefix()
-			const ttl = 300 * time.Millisecond
+			const ttl = time.Second // 0.8 s of silence is death: margin for the joins below
 			var g gone
 			var b back
 			paused := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "paused", NodeTimeout: ttl, OnBack: b.add})
@@ -49,10 +52,13 @@ func TestRedisPresenceRejoinAnnouncesMemberAdded(t *testing.T) {
 				t.Fatal(err)
 			}
 			survivor := newRedisPresence(t, be.Client(t), prefix, "survivor", ttl, g.add)
+			if err := survivor.Heartbeat(ctx); err != nil {
+				t.Fatal(err)
+			}
 			for _, j := range []struct {
 				p          *channels.RedisPresence
 				sock, user string
-			}{{paused, "1.1", "u1"}, {paused, "1.2", "u1"}, {paused, "1.3", "u2"}, {survivor, "2.1", "u2"}} {
+			}{{survivor, "2.1", "u2"}, {paused, "1.1", "u1"}, {paused, "1.2", "u1"}, {paused, "1.3", "u2"}} {
 				if _, err := j.p.Join(ctx, "app", "presence-r", j.sock, channels.Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
 					t.Fatal(err)
 				}
@@ -122,5 +128,46 @@ func TestRedisPresenceNoGhostAfterClose(t *testing.T) {
 				return err == nil && len(ms) == 0
 			})
 		})
+	}
+}
+
+// TestRedisPresenceLeaveDuringRestart: a user leaves while Redis is down, and Redis comes
+// back empty (a restart without persistence). Nobody announced the leave, and the retry
+// finds no membership to remove: the user is still reported gone (member_removed), or every
+// client that saw it would keep a ghost; the node's other members are joined again.
+func TestRedisPresenceLeaveDuringRestart(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var g gone
+	var b back
+	p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{NodeID: "n1", OnGone: g.add, OnBack: b.add})
+	t.Cleanup(func() { _ = p.Close() })
+	for _, j := range []struct{ sock, user string }{{"1.1", "u1"}, {"1.2", "u2"}} {
+		if _, err := p.Join(ctx, "app", "presence-r", j.sock, channels.Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := mr.Addr()
+	mr.Close()
+	if _, err := p.Leave(ctx, "app", "presence-r", "1.1", "u1"); err == nil {
+		t.Fatal("leave during an outage reported no error")
+	}
+	if err := mr.StartAddr(addr); err != nil {
+		t.Fatal(err)
+	}
+	mr.FlushAll() // it came back empty
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.list(); !slices.Equal(got, []string{"app/presence-r/u1"}) {
+		t.Fatalf("gone = %q, want u1", got)
+	}
+	if got := b.list(); !slices.Equal(got, []string{"app/presence-r/u2@1.2"}) {
+		t.Fatalf("back = %q, want u2", got)
+	}
+	if ms, err := p.Members(ctx, "app", "presence-r"); err != nil || len(ms) != 1 || ms[0].UserID != "u2" {
+		t.Fatalf("members: %+v %v", ms, err)
 	}
 }

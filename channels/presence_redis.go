@@ -200,6 +200,20 @@ func (p *RedisPresence) rejoinEntry(ctx context.Context, e string, m Member) err
 	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	_, still := p.mirror[e]
+	p.mu.Unlock()
+	if !still {
+		// The socket left while this ran (its Leave found the membership missing, or ran
+		// before this join): undo the re-add. A user this re-added and removed again is
+		// announced neither way; one that was there before and is gone now leaves.
+		last, err := p.leave(ctx, e)
+		if err == nil && last && !first && p.onGone != nil {
+			app, ch, _, user, _ := splitEntry(e)
+			p.onGone(app, ch, user)
+		}
+		return err
+	}
 	if first && p.onBack != nil {
 		app, ch, socket, _, _ := splitEntry(e)
 		p.onBack(app, ch, socket, m)
@@ -207,13 +221,8 @@ func (p *RedisPresence) rejoinEntry(ctx context.Context, e string, m Member) err
 	return nil
 }
 
-// leaveScript answers 1 for the user's last socket in the channel, 0 for another one, and -1
-// when Redis does not hold the membership at all (it lost it: a restart or a failover).
 var leaveScript = redis.NewScript(`
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
-  redis.call('SREM', KEYS[4], ARGV[3])
-  return -1
-end
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[4], ARGV[3])
 if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
@@ -245,15 +254,10 @@ func (p *RedisPresence) opDone() {
 }
 
 func (p *RedisPresence) leave(ctx context.Context, e string) (bool, error) {
-	n, err := p.leaveN(ctx, e)
-	return n == 1, err
-}
-
-// leaveN runs the leave script for entry e and returns its answer (1, 0 or -1, see there).
-func (p *RedisPresence) leaveN(ctx context.Context, e string) (int, error) {
 	app, ch, socket, user, _ := splitEntry(e)
-	return leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+	n, err := leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
 		socket, user, e).Int()
+	return n == 1, err
 }
 
 // Members implements PresenceStore.

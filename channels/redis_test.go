@@ -31,23 +31,27 @@ func TestMemoryBroker(t *testing.T) {
 
 func TestRedisBroker(t *testing.T) {
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			channelstest.RunBroker(t, 2, func(t *testing.T, n int) []*channels.Registry {
-				ch := "test:" + uuid.NewString() // isolates cases on a shared real server
-				regs := make([]*channels.Registry, n)
-				for i := range regs {
-					b, err := channels.NewRedisBroker(context.Background(), be.Client(t), channels.RedisBrokerOptions{Channel: ch})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { _ = b.Close() })
-					regs[i] = channels.NewRegistry(channels.Options{Broker: b})
-					b.Start(regs[i].DeliverLocal)
-				}
-				return regs
-			})
-		})
+		for _, routing := range []channels.Routing{channels.RoutingInterest, channels.RoutingBroadcast} {
+			t.Run(be.Name+"/"+routing.String(), func(t *testing.T) { runRedisBroker(t, be, routing) })
+		}
 	}
+}
+
+func runRedisBroker(t *testing.T, be testutil.RedisBackend, routing channels.Routing) {
+	channelstest.RunBroker(t, 2, func(t *testing.T, n int) []*channels.Registry {
+		ch := "test:" + uuid.NewString() // isolates cases on a shared real server
+		regs := make([]*channels.Registry, n)
+		for i := range regs {
+			b, err := channels.NewRedisBroker(context.Background(), be.Client(t), channels.RedisBrokerOptions{Channel: ch, Routing: routing})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			regs[i] = channels.NewRegistry(channels.Options{Broker: b})
+			b.Start(regs[i].DeliverLocal)
+		}
+		return regs
+	})
 }
 
 func newRedisPresence(t *testing.T, rdb redis.UniversalClient, prefix, node string, ttl time.Duration, onGone func(app, ch, user string)) *channels.RedisPresence {

@@ -50,8 +50,11 @@ type Registry struct {
 	cache    *cacheStore
 	// remoteCache, when set, is the cluster's cache (see LastEvent in cache.go).
 	remoteCache CacheReader
-	sent        deliveryStats // broadcast fan-out counters (stats.go)
-	ann         announced     // what local presence subscribers were told (announced.go)
+	// router, when the broker routes by interest, hears about each channel's first and
+	// last local subscriber.
+	router Router
+	sent   deliveryStats // broadcast fan-out counters (stats.go)
+	ann    announced     // what local presence subscribers were told (announced.go)
 }
 
 // Options wires the seams; nil Broker or Presence selects the in-memory one. Occupancy,
@@ -93,6 +96,9 @@ func NewRegistry(opts Options) *Registry {
 	r.broker = opts.Broker
 	if r.broker == nil {
 		r.broker = NewMemoryBroker(r.DeliverLocal)
+	}
+	if rt, ok := r.broker.(Router); ok {
+		r.router = rt
 	}
 	r.occ = opts.Occupancy
 	r.watch = opts.Watch
@@ -147,6 +153,11 @@ func (r *Registry) Subscribe(app, name string, sub Subscriber) (count int, added
 		}
 	}
 	count = len(ch.subs)
+	if added && count == 1 && r.router != nil {
+		// Under the channel's lock: a later Unwant of this channel (its last subscriber
+		// leaving) cannot overtake this Want. The router only records it.
+		r.router.Want(app, name)
+	}
 	ch.mu.Unlock()
 	if added && !IsInternal(name) {
 		if r.occ != nil {
@@ -196,6 +207,9 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 	drop := remaining == 0 && !ch.dead
 	if drop {
 		ch.dead = true
+		if removed && r.router != nil {
+			r.router.Unwant(app, name)
+		}
 	}
 	ch.mu.Unlock()
 	if drop {
@@ -215,6 +229,34 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 		}
 	}
 	return remaining, removed
+}
+
+// WhenRouted runs fn once publishes of the channel made on any node reach this node: at
+// once with a broker that does not route by interest or when the node's subscription is
+// confirmed, else when it is (or after a bound, see Router). Callers answer a subscribe in
+// fn; fn must not block.
+func (r *Registry) WhenRouted(app, name string, fn func()) {
+	if r.router == nil {
+		fn()
+		return
+	}
+	r.router.WhenRouted(app, name, fn)
+}
+
+// AwaitRouted is WhenRouted for callers that may wait (off the pollers): it returns when fn
+// would run, or with ctx's error.
+func (r *Registry) AwaitRouted(ctx context.Context, app, name string) error {
+	if r.router == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	r.router.WhenRouted(app, name, func() { close(done) })
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // IsSubscribed reports whether socketID is subscribed locally to the channel.

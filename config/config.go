@@ -99,12 +99,23 @@ type Scaling struct {
 	// NodeTimeout is how many seconds after its last heartbeat a node is declared dead and its
 	// presence members and sockets are removed by the survivors (default 10).
 	NodeTimeout int `mapstructure:"node_timeout"`
+	// Routing is how publishes travel between nodes (default "interest"): "interest" sends a
+	// channel's publishes only to the nodes with a subscriber of it and spreads the channels'
+	// keys over Redis Cluster slots; "broadcast" is the single pub/sub channel and single hash
+	// tag of earlier versions, to roll a cluster of them (see README).
+	Routing string `mapstructure:"routing"`
 	// WebhookLease is how many seconds a node owns a webhook URL's outbox without renewing
 	// it (default 15): a node that dies while delivering is taken over after at most this
 	// long. It is renewed every quarter of it while a batch is in flight, so it must be
 	// longer than every webhook's timeout plus that renewal interval.
 	WebhookLease int `mapstructure:"webhook_lease"`
 }
+
+// Routings scaling.routing accepts.
+const (
+	RoutingInterest  = "interest"
+	RoutingBroadcast = "broadcast"
+)
 
 // RedisSentinel is a Sentinel-managed master. Password authenticates to the master and its
 // replicas (the sentinels themselves are expected to run without a password).

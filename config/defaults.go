@@ -69,6 +69,9 @@ func (c *Config) ApplyDefaults() {
 		c.Scaling.Channel = DefaultScalingChannel
 	}
 	setInt(&c.Scaling.NodeTimeout, DefaultNodeTimeout)
+	if c.Scaling.Routing == "" {
+		c.Scaling.Routing = RoutingInterest
+	}
 	setInt(&c.Scaling.WebhookLease, DefaultWebhookLease)
 	for i := range c.Apps {
 		c.Apps[i].applyDefaults()

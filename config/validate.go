@@ -189,6 +189,9 @@ func (c *Config) validateScaling(v *validator) {
 		// The channel goes inside the Redis Cluster hash tag of every key.
 		v.add("scaling.channel", "must not contain { or }, got %q", sc.Channel)
 	}
+	if sc.Routing != RoutingInterest && sc.Routing != RoutingBroadcast {
+		v.add("scaling.routing", "must be %q or %q, got %q", RoutingInterest, RoutingBroadcast, sc.Routing)
+	}
 	if sc.NodeTimeout < 2 || sc.NodeTimeout > 3600 {
 		v.add("scaling.node_timeout", "must be between 2 and 3600 seconds, got %d", sc.NodeTimeout)
 	}

@@ -97,6 +97,7 @@ func TestValidationErrors(t *testing.T) {
 		{"cluster no addrs", "scaling: {enabled: true, redis_cluster: {password: p}}\n" + minimal,
 			"scaling.redis_cluster.addrs: must list at least one host:port"},
 		{"node_timeout", "scaling: {node_timeout: 1}\n" + minimal, "scaling.node_timeout: must be between 2 and 3600 seconds, got 1"},
+		{"routing", "scaling: {routing: fanout}\n" + minimal, `scaling.routing: must be "interest" or "broadcast", got "fanout"`},
 		{"channel with brace", "scaling: {channel: 'a{b'}\n" + minimal, "scaling.channel: must not contain { or }"},
 		{"console without token", "console: {enabled: true}\n" + minimal, "console.token: is required when console.enabled is true"},
 		{"console blank token", "console: {enabled: true, token: '  '}\n" + minimal, "console.token: is required"},

@@ -38,9 +38,9 @@ func (c *Conn) handle(raw []byte) {
 	}
 	if c.srv.remote && c.tasksBusy() {
 		cp := append([]byte(nil), raw...) // raw is the reader's buffer, valid during this call
-		if !c.enqueue(func(ctx context.Context) {
+		if !c.enqueue(func(t onTask) {
 			if m, err := DecodeClientMessage(cp); err == nil && !c.isClosing() {
-				c.dispatch(ctx, m)
+				c.dispatch(t, m)
 			}
 		}, false) {
 			c.srv.tasksRefused.Add(1)
@@ -48,26 +48,26 @@ func (c *Conn) handle(raw []byte) {
 		}
 		return
 	}
-	c.dispatch(onPoller, m)
+	c.dispatch(onReader{}, m)
 }
 
-// dispatch handles a decoded request; ctx is onPoller on the reading goroutine, a task's
-// context (with its deadline) on the task goroutine.
-func (c *Conn) dispatch(ctx context.Context, m ClientMessage) {
+// dispatch handles a decoded request, on the reading goroutine (onReader) or on the task
+// goroutine (onTask, with its deadline) while earlier work is queued there.
+func (c *Conn) dispatch(at runsOn, m ClientMessage) {
 	switch m.Event {
 	case "pusher:ping":
 		c.Send(pongFrame)
 	case "pusher:subscribe":
-		c.subscribe(ctx, m.Data)
+		c.subscribe(at, m.Data)
 	case "pusher:unsubscribe":
 		d, err := DecodeSubscribe(m.Data)
 		if err != nil {
 			c.sendError(codeInvalidMessage, "Invalid message format")
 			return
 		}
-		c.unsubscribe(ctx, d.Channel)
+		c.unsubscribe(at, d.Channel)
 	case "pusher:signin":
-		c.signin(ctx, m.Data)
+		c.signin(at, m.Data)
 	default:
 		if strings.HasPrefix(m.Event, "client-") {
 			c.clientEvent(m)
@@ -113,7 +113,7 @@ func userIDString(raw json.RawMessage) (string, bool) {
 	return s, s != "" && len(s) <= maxUserIDLength
 }
 
-func (c *Conn) subscribe(ctx context.Context, data json.RawMessage) {
+func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 	d, err := DecodeSubscribe(data)
 	if err != nil {
 		c.sendError(codeInvalidMessage, "Invalid message format")
@@ -163,18 +163,45 @@ func (c *Conn) subscribe(ctx context.Context, data json.RawMessage) {
 		}
 	}
 	if kind.IsPresence() {
-		c.offPoller(ctx, func(ctx context.Context) { c.subscribePresence(ctx, name, member) })
+		at.await(c, func(t onTask) { c.subscribePresence(t, name, member) })
 		return
 	}
-	if c.srv.reg.SubscribeWaits(name) { // the cluster socket index is written before the answer
-		c.offPoller(ctx, func(context.Context) { c.subscribeChannel(name, kind) })
+	if _, again := c.subscribed(name); again {
+		// The socket has the channel: answer as before, without a replay or a round trip
+		// (a flood of repeats costs nothing but the answers).
+		c.resubscribed(name)
 		return
 	}
-	c.subscribeChannel(name, kind)
+	// The cluster socket index is written before the answer, and with scaling a cache
+	// channel's last event is read from Redis: both wait, so they run as tasks.
+	if c.srv.reg.SubscribeWaits(name) || (kind.IsCache() && c.srv.remote) {
+		at.await(c, func(t onTask) {
+			if _, again := c.subscribed(name); again { // a repeat queued behind the first
+				c.resubscribed(name)
+				return
+			}
+			c.subscribeChannel(t, name, kind)
+		})
+		return
+	}
+	c.subscribeChannel(c.localTask(), name, kind)
 }
 
-// subscribeChannel subscribes to a channel that is not presence and answers.
-func (c *Conn) subscribeChannel(name string, kind channels.Kind) {
+// resubscribed answers a subscribe to a channel the socket already has: the page token
+// it was issued, if any, and subscription_succeeded, with no replay.
+func (c *Conn) resubscribed(name string) {
+	if c.isClosing() {
+		return
+	}
+	if _, session := c.pageSession(name); session != nil {
+		c.Send(session)
+	}
+	c.Send(subscribedFrame(name, "{}"))
+}
+
+// subscribeChannel subscribes to a channel that is not presence and answers; t is a task's
+// when the subscribe or the cache replay waits on Redis (see subscribe).
+func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind) {
 	if c.isClosing() {
 		return
 	}
@@ -188,12 +215,19 @@ func (c *Conn) subscribeChannel(name string, kind channels.Kind) {
 		frames = [][]byte{session, frames[0]}
 	}
 	if kind.IsCache() {
-		// With scaling the last event is read from Redis: off this goroutine (it reads every
-		// socket of its poller); the barrier keeps subscription_succeeded and the replay
-		// ahead of the channel's later events.
-		go func() { b.Release(append(frames, c.cacheReplay(name))...) }()
-	} else {
+		// On the connection's task goroutine (bounded, issue 20 fault 3): once this node's
+		// Redis subscription to the channel is confirmed (interest routing: an event
+		// published after the read below reaches this node), the last event is read; the
+		// barrier keeps subscription_succeeded and the replay ahead of later events.
+		ctx, cancel := context.WithTimeout(t.ctx, cacheReplayTimeout)
+		_ = c.srv.reg.AwaitRouted(ctx, cfg.ID, name)
+		cancel()
+		frames = append(frames, c.cacheReplay(t, name))
 		b.Release(frames...)
+	} else {
+		// Under interest routing the answer waits (in the barrier, not on this goroutine) until
+		// this node's Redis subscription to the channel is confirmed: no lost first event.
+		c.srv.reg.WhenRouted(cfg.ID, name, func() { b.Release(frames...) })
 	}
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {
@@ -204,19 +238,22 @@ func (c *Conn) subscribeChannel(name string, kind channels.Kind) {
 	}
 }
 
-// subscribePresence joins a presence channel; it may wait on Redis, so it never runs on a
-// poller when scaling is on (see offPoller). A store that fails or misses ctx's deadline
-// gets the client a pusher:error (4100) to retry.
-func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Member) {
+// subscribePresence joins a presence channel; it may wait on Redis, so it runs as a task
+// (see runsOn). A store that fails or misses the task's deadline gets the client a
+// pusher:error (4100) to retry.
+func (c *Conn) subscribePresence(t onTask, name string, m channels.Member) {
 	s := c.srv
 	cfg := c.app.cfg
+	ctx := t.ctx
 	if c.isClosing() {
 		return
 	}
 	// Re-subscribing as another user leaves the old membership first: leave only knows the
 	// subscription's newest userID, so the old one would stay a ghost member for ever.
-	if old, ok := c.subscribed(name); ok && old.userID != m.UserID {
-		c.unsubscribe(ctx, name)
+	old, again := c.subscribed(name)
+	if again && old.userID != m.UserID {
+		c.unsubscribe(t, name)
+		again = false
 	}
 	members, err := s.reg.Presence().Members(ctx, cfg.ID, name)
 	if err != nil {
@@ -236,6 +273,7 @@ func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Me
 	count, added := s.reg.Subscribe(cfg.ID, name, c)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)
+	_ = s.reg.AwaitRouted(ctx, cfg.ID, name) // member_added of later joiners reaches this node
 	// The member list is read after Subscribe: a concurrent join is then in the list or
 	// arrives as member_added after subscription_succeeded (at worst both; clients treat a
 	// repeated member_added as a no-op). Read before, a user joining in between would be
@@ -245,8 +283,8 @@ func (c *Conn) subscribePresence(ctx context.Context, name string, m channels.Me
 	}
 	s.reg.SeedAnnounced(cfg.ID, name, members, cfg.MaxPresenceMembers) // presence_reconcile.go
 	frames := [][]byte{subscribedFrame(name, presencePayload(members))}
-	if channels.KindOf(name).IsCache() {
-		frames = append(frames, c.cacheReplay(name))
+	if channels.KindOf(name).IsCache() && !again { // a repeat answers without a replay
+		frames = append(frames, c.cacheReplay(t, name))
 	}
 	// member_added goes out before this socket's subscription_succeeded can leave: a client
 	// that sees the joiner subscribed and subscribes itself must not then get a member_added
@@ -308,8 +346,8 @@ func subscribedFrame(name, data string) []byte {
 // cannot answer in time the node's own copy decides.
 const cacheReplayTimeout = time.Second
 
-func (c *Conn) cacheReplay(name string) []byte {
-	ctx, cancel := context.WithTimeout(context.Background(), cacheReplayTimeout)
+func (c *Conn) cacheReplay(t onTask, name string) []byte {
+	ctx, cancel := context.WithTimeout(t.ctx, cacheReplayTimeout)
 	f, ok, _ := c.srv.reg.LastEvent(ctx, c.app.cfg.ID, name)
 	cancel()
 	if ok {
@@ -332,26 +370,26 @@ func (c *Conn) addSub(name string, sub subscription) {
 }
 
 // unsubscribe leaves a channel; a presence channel's or an indexed channel's leave may wait
-// on Redis and runs off the poller.
-func (c *Conn) unsubscribe(ctx context.Context, name string) {
+// on Redis and runs as a task.
+func (c *Conn) unsubscribe(at runsOn, name string) {
 	sub, ok := c.subscribed(name)
 	if !ok {
 		return
 	}
 	if sub.userID != "" || c.srv.reg.SubscribeWaits(name) {
-		c.offPoller(ctx, func(ctx context.Context) { c.unsubscribeNow(ctx, name) })
+		at.await(c, func(t onTask) { c.unsubscribeNow(t, name) })
 		return
 	}
-	c.unsubscribeNow(ctx, name)
+	c.unsubscribeNow(c.localTask(), name)
 }
 
-func (c *Conn) unsubscribeNow(ctx context.Context, name string) {
+func (c *Conn) unsubscribeNow(t onTask, name string) {
 	c.subsMu.Lock()
 	sub, ok := c.subs[name]
 	delete(c.subs, name)
 	c.subsMu.Unlock()
 	if ok {
-		c.leave(ctx, name, sub)
+		c.leave(t, name, sub)
 		// Unbind here: cleanup only unbinds the users of the subscriptions left at close,
 		// so a binding kept after an unsubscribe would pin the *Conn in the socket table.
 		if sub.userID != "" {
@@ -377,17 +415,14 @@ func (c *Conn) unbindIfUnused(user string) {
 
 // leave removes the socket from a channel, announcing member_removed on a user's last
 // socket and channel_vacated on the channel's last one. With scaling on, a presence or
-// indexed channel's leave waits on Redis: callers run it off the poller.
-func (c *Conn) leave(ctx context.Context, name string, sub subscription) {
+// indexed channel's leave waits on Redis: it takes a task's t.
+func (c *Conn) leave(t onTask, name string, sub subscription) {
 	s := c.srv
 	appID := c.app.cfg.ID
 	remaining, removed := s.reg.Unsubscribe(appID, name, c.socketID)
 	c.observeSub(name, false)
 	if sub.userID != "" {
-		if ctx == onPoller {
-			ctx = context.Background() // nothing remote (offPoller): the memory store ignores it
-		}
-		last, err := s.reg.Presence().Leave(ctx, appID, name, c.socketID, sub.userID)
+		last, err := s.reg.Presence().Leave(t.ctx, appID, name, c.socketID, sub.userID)
 		if err == nil && last {
 			removed := `{"user_id":` + string(appendJSONString(nil, sub.userID)) + `}`
 			_ = s.publishNoWait(appID, name, "pusher_internal:member_removed", removed, c.socketID)
@@ -463,7 +498,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 }
 
 // signin handles pusher:signin (user authentication).
-func (c *Conn) signin(ctx context.Context, data json.RawMessage) {
+func (c *Conn) signin(at runsOn, data json.RawMessage) {
 	cfg := c.app.cfg
 	if !cfg.UserAuthentication() {
 		c.sendError(codeUnauthorized, "User authentication is disabled for this app")
@@ -503,14 +538,14 @@ func (c *Conn) signin(ctx context.Context, data json.RawMessage) {
 	if prev != "" && prev != id {
 		// The previous user's own channel is theirs alone: signing in as someone else
 		// leaves it, so the socket stops receiving the old user's messages.
-		c.unsubscribe(ctx, channels.ServerToUserPrefix+prev)
+		c.unsubscribe(at, channels.ServerToUserPrefix+prev)
 		// Not an unconditional unbind: a presence membership under the previous id
 		// still binds the socket to it.
 		c.unbindIfUnused(prev)
 	}
 	c.srv.sockets.bindUser(cfg.ID, id, c)
 	c.Send(EventFrame("pusher:signin_success", "", `{"user_data":`+string(appendJSONString(nil, d.UserData))+`}`))
-	c.srv.watch.signedIn(ctx, c, id, watch) // online state and watchlist (watchlist.go)
+	c.srv.watch.signedIn(at, c, id, watch) // online state and watchlist (watchlist.go)
 }
 
 // emit hands a webhook event to the dispatcher, if any; it never blocks.

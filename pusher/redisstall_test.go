@@ -21,16 +21,14 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testenv"
 )
 
 // startRedis runs a redis-server of the test's own on a free 127.0.0.1 port (the test
 // stops and continues the process, so it cannot share REVERBGO_TEST_REDIS_URL's).
 func startRedis(t *testing.T) (addr string, proc *exec.Cmd) {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed")
-	}
+	bin := testenv.RedisServer(t) // skips, or fails under CI, without one
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -82,6 +82,9 @@ type Server struct {
 	watch     *watchlist  // online users and their watchers (watchlist.go)
 	stats     serverStats // metrics.go
 
+	tasksCtx    context.Context // parent of every task's context, cancelled once Shutdown is done
+	cancelTasks context.CancelFunc
+
 	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
 	draining atomic.Bool
 	stop     chan struct{}
@@ -108,6 +111,7 @@ func NewServer(opts Options) *Server {
 		now:      opts.Now,
 		stop:     make(chan struct{}),
 	}
+	s.tasksCtx, s.cancelTasks = context.WithCancel(context.Background())
 	if s.reg == nil {
 		s.reg = channels.NewRegistry(channels.Options{})
 	}
@@ -270,8 +274,11 @@ func (s *Server) MemberGone(appID, channel, userID string) {
 	}
 }
 
-// Shutdown tells every client to reconnect (4200) and waits until their sockets are closed
-// or ctx ends.
+// Shutdown tells every client to reconnect (4200) and waits, until ctx ends, for their
+// sockets to close and then for the work their connections queued (the leaves OnClose
+// queues, and a presence join still in flight ahead of one): the node reaps its own presence
+// and closes Redis after this returns, and a join landing after the reap would stay a
+// member no survivor reaps. Tasks still running then have their round trips cancelled.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.activeMu.Lock()
 	s.draining.Store(true)
@@ -286,6 +293,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.sockets.each(func(c *Conn) { c.abort(CloseServerShutdown) })
 		err = ctx.Err()
 	}
+	if werr := s.taskRunners.wait(ctx); werr != nil && err == nil {
+		err = werr
+	}
+	s.cancelTasks()
 	// Flushers and the sweeper stop only after the close frames went out.
 	s.stopOnce.Do(func() { close(s.stop); s.transport.Stop() })
 	s.wg.Wait()

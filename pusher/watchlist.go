@@ -135,9 +135,10 @@ func (w *watchlist) announce(app, user string) {
 // signedIn records a successful signin of c as user with its watchlist: c counts as one of
 // user's connections (leaving prev's when it signed in as someone else) and watches list
 // (replacing an earlier list). The presence store may wait on Redis: off the poller.
-func (w *watchlist) signedIn(ctx context.Context, c *Conn, user string, list []string) {
+func (w *watchlist) signedIn(at runsOn, c *Conn, user string, list []string) {
 	app := c.app.cfg.ID
-	c.offPoller(ctx, func(ctx context.Context) {
+	at.await(c, func(t onTask) {
+		ctx := t.ctx
 		if c.isClosing() {
 			return
 		}
@@ -204,7 +205,8 @@ func (w *watchlist) unwatchLocked(c *Conn) {
 
 // closed forgets a closed socket: it stops watching, and its user loses a connection (the
 // last one is announced). Runs where leaveAll runs (the task goroutine when remote).
-func (w *watchlist) closed(ctx context.Context, c *Conn) {
+func (w *watchlist) closed(t onTask, c *Conn) {
+	ctx := t.ctx
 	w.mu.Lock()
 	w.unwatchLocked(c)
 	user, signed := w.online[c]

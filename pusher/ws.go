@@ -1,7 +1,6 @@
 package pusher
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"time"
@@ -159,10 +158,11 @@ func (c *Conn) OnClose(cause ws.Cause) {
 	s.sockets.remove(c)
 	if s.remote {
 		// Presence leaves wait on Redis: they run on the connection's task goroutine, after
-		// any work still queued there (a join in flight is then left, not forgotten).
+		// any work still queued there (a join in flight is then left, not forgotten), and
+		// Shutdown waits for them before the node reaps itself.
 		c.enqueue(c.leaveAll, true)
 	} else {
-		c.leaveAll(context.Background())
+		c.leaveAll(c.localTask())
 	}
 	c.app.conns.Add(-1)
 	c.observeClose()
@@ -172,7 +172,7 @@ func (c *Conn) OnClose(cause ws.Cause) {
 }
 
 // leaveAll leaves every channel of a closed socket and drops its user bindings.
-func (c *Conn) leaveAll(ctx context.Context) {
+func (c *Conn) leaveAll(t onTask) {
 	s := c.srv
 	c.subsMu.Lock()
 	subs := c.subs
@@ -180,7 +180,7 @@ func (c *Conn) leaveAll(ctx context.Context) {
 	user := c.userID
 	c.subsMu.Unlock()
 	for name, sub := range subs {
-		c.leave(ctx, name, sub)
+		c.leave(t, name, sub)
 		if sub.userID != "" {
 			s.sockets.unbindUser(c.app.cfg.ID, sub.userID, c)
 		}
@@ -188,7 +188,7 @@ func (c *Conn) leaveAll(ctx context.Context) {
 	if user != "" {
 		s.sockets.unbindUser(c.app.cfg.ID, user, c)
 	}
-	s.watch.closed(ctx, c) // online state and watchlist (watchlist.go)
+	s.watch.closed(t, c) // online state and watchlist (watchlist.go)
 }
 
 // originAllowed is the shared matcher (package origin), as on the Toolmark page endpoint.

@@ -350,24 +350,7 @@ func (p *poller) upgrade(a *acceptor, fd int, registered bool, head *upgradeHead
 	}
 	c.fdc.fd = fd
 	c.netConn, c.raw = &c.fdc, (*fdRaw)(&c.fdc)
-	if !s.open(c) {
-		return true
-	}
-	c.polled.Store(true) // from now on abort shuts the socket down instead of closing it
-	c.fd = int32(fd)
-	p.mu.Lock()
-	p.conns[c.fd] = c
-	p.mu.Unlock()
-	if !registered {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: c.fd}
-		if unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
-			p.mu.Lock()
-			delete(p.conns, c.fd)
-			p.mu.Unlock()
-			c.polled.Store(false)
-			go c.cleanup()
-		}
-	}
+	s.register(c, p, registered)
 	return true
 }
 

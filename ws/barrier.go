@@ -22,7 +22,7 @@ type Barrier struct {
 func (c *Conn) Hold() *Barrier {
 	b := &Barrier{c: c}
 	c.mu.Lock()
-	if !c.closing {
+	if c.state == stateOpen {
 		c.barriers = append(c.barriers, b)
 	}
 	c.mu.Unlock()
@@ -35,7 +35,7 @@ func (b *Barrier) Release(frames ...[]byte) {
 	c := b.c
 	c.compressAll(frames)
 	c.mu.Lock()
-	if c.closing || b.released {
+	if c.state != stateOpen || b.released {
 		c.mu.Unlock()
 		return
 	}

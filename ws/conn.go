@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +43,10 @@ const (
 // behind a Barrier, or Close. Writes bypass gorilla's writer: frames are built once per
 // broadcast and several queued frames leave in one writev, so the hot path costs one
 // syscall per batch and no allocation per delivery.
+//
+// Its life is three fields under mu, each with one meaning for the connection's whole
+// life (see connState, writerState and readerKind): where it is between open and ended,
+// who writes its socket now, and who reads it (fixed before the Session sees it).
 type Conn struct {
 	srv     *Server
 	session Session
@@ -52,32 +55,70 @@ type Conn struct {
 	netConn net.Conn
 	raw     syscall.RawConn // plain TCP: written by the flusher; nil (TLS): slow path only
 	fl      *flusher
+	reader  readerKind // set by register before OnOpen, never changed
 	// deflater is set when the handshake negotiated permessage-deflate (deflate_offer.go).
 	deflater *Deflater
 
-	mu          sync.Mutex
-	queue       net.Buffers // whole frames waiting for a writer, in order
-	spare       net.Buffers // a written batch's backing array, reused
-	barriers    []*Barrier  // open barriers and released ones behind an open one
-	queuedBytes int         // bytes in queue
-	heldBytes   int         // bytes held by barriers
-	unsentBytes int         // remainder of a partial write, owned by the writer
-	maxBytes    int
-	writing     bool // a writer (flusher pass or slow-path goroutine) owns the socket
-	scheduled   bool // on the flusher's dirty list
-	closing     bool
-	closed      bool
-	causeSet    bool
-	cause       Cause
-	flushed     chan struct{} // closed once the socket is finished (close frame sent or aborted)
+	mu           sync.Mutex
+	state        connState
+	writer       writerState
+	cause        Cause       // recorded by the transition out of stateOpen
+	queue        net.Buffers // whole frames waiting for a writer, in order
+	spare        net.Buffers // a written batch's backing array, reused
+	barriers     []*Barrier  // open barriers and released ones behind an open one
+	queuedBytes  int         // bytes in queue
+	heldBytes    int         // bytes held by barriers
+	writingBytes int         // bytes a blocking writer has taken and not yet written (in flight)
+	maxBytes     int
+	flushed      chan struct{} // closed on entering stateClosed (close frame sent or aborted)
 
 	// Read by a poller (plain TCP on Linux) instead of readLoop: see poller_linux.go.
-	polled atomic.Bool // registered with a poller: only the poller may close the fd
-	fd     int32       // the socket's fd while polled (the poller's key)
-	rd     frameReader // frame parser state, owned by the poller
+	fd int32       // the socket's fd (the poller's key), set by register
+	rd frameReader // frame parser state, owned by the poller
 
 	fdc fdConn // netConn and raw of a socket the fast listener upgraded (accept_linux.go)
 }
+
+// connState is where a connection is in its life; it only ever moves forward:
+//
+//	stateOpen ──Close, peer's close, protocol error──▶ stateClosing ──close frame written──▶ stateClosed
+//	stateOpen, stateClosing ──Abort, overflow, write error, reader ended──▶ stateClosed
+//	stateClosed ──the reader ended, OnClose ran (cleanup)──▶ stateEnded
+//
+// The cause is recorded by the move out of stateOpen, so the first one wins. Nothing in
+// any state closes the descriptor but cleanup, which only the connection's reader runs,
+// once: an Abort shuts the socket down and the reader then sees it end.
+type connState uint8
+
+const (
+	stateOpen    connState = iota // frames are taken and written
+	stateClosing                  // the close frame is queued: nothing more is taken; the queue drains
+	stateClosed                   // the write side is finished (close frame written, or aborted)
+	stateEnded                    // the reader ended and the Session was told (OnClose)
+)
+
+// writerState says who owns the socket's write side: nobody, the flusher (the connection
+// is on its dirty list), or a writer that took a batch (a flusher pass, or the slow path's
+// blocking goroutine). One writer at a time; only the owner takes from the queue.
+type writerState uint8
+
+const (
+	writerIdle      writerState = iota
+	writerScheduled             // on the flusher's dirty list
+	writerBusy                  // a flusher pass or the blocking goroutine owns the socket
+)
+
+// readerKind is who reads the socket, fixed by register before the Session can publish
+// the connection: a poller (plain TCP on Linux) or a goroutine of its own (readLoop: TLS,
+// or where epoll is unavailable). It decides how the connection is ended from outside:
+// a polled socket is shut down (the poller deregisters it before cleanup closes it, so a
+// reused descriptor number is never mistaken for it); a goroutine's is closed.
+type readerKind uint8
+
+const (
+	readerGoroutine readerKind = iota
+	readerPoller
+)
 
 // RemoteAddr is the peer's address (empty for a socket the fast path upgraded).
 func (c *Conn) RemoteAddr() net.Addr { return c.netConn.RemoteAddr() }
@@ -97,23 +138,18 @@ func (c *Conn) Control(fn func(fd uintptr)) error {
 func (c *Conn) Closing() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.closing || c.closed
+	return c.state != stateOpen
 }
 
 // Buffered is how many bytes wait for this connection: queued, held behind barriers and
-// the remainder of a partial write.
+// in flight (taken by a writer and not yet written). The byte bound applies to this sum.
 func (c *Conn) Buffered() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.queuedBytes + c.heldBytes + c.unsentBytes
+	return c.bufferedLocked()
 }
 
-// setCauseLocked records why the connection ends unless a cause was recorded already.
-func (c *Conn) setCauseLocked(cause Cause) {
-	if !c.causeSet {
-		c.cause, c.causeSet = cause, true
-	}
-}
+func (c *Conn) bufferedLocked() int { return c.queuedBytes + c.heldBytes + c.writingBytes }
 
 // WritePreframed queues a complete frame without blocking and reports whether it was
 // taken. A client whose queue would pass the byte bound is dropped instead
@@ -122,11 +158,11 @@ func (c *Conn) setCauseLocked(cause Cause) {
 // every subscriber and must not change.
 func (c *Conn) WritePreframed(frame []byte) bool {
 	c.mu.Lock()
-	if c.closing {
+	if c.state != stateOpen {
 		c.mu.Unlock()
 		return false
 	}
-	if c.queuedBytes+c.heldBytes+c.unsentBytes+len(frame) > c.maxBytes {
+	if c.bufferedLocked()+len(frame) > c.maxBytes {
 		c.mu.Unlock()
 		c.abort(CauseOverflow)
 		return false
@@ -161,17 +197,17 @@ const (
 // kickLocked decides, under c.mu, whether a writer must be started; nothing is started
 // while one is already writing or scheduled.
 func (c *Conn) kickLocked() kick {
-	if c.writing || c.scheduled || c.closed {
+	if c.writer != writerIdle || c.state >= stateClosed {
 		return kickNone
 	}
-	if len(c.queue) == 0 && !c.closing {
+	if len(c.queue) == 0 && c.state != stateClosing {
 		return kickNone
 	}
 	if c.raw != nil {
-		c.scheduled = true
+		c.writer = writerScheduled
 		return kickFlusher
 	}
-	c.writing = true
+	c.writer = writerBusy
 	return kickGoroutine
 }
 
@@ -184,12 +220,12 @@ func (c *Conn) doKick(k kick) {
 	}
 }
 
-// takeBatchLocked hands the whole queue to a writer.
-func (c *Conn) takeBatchLocked() net.Buffers {
-	batch := c.queue
+// takeBatchLocked hands the whole queue to a writer and returns its size in bytes.
+func (c *Conn) takeBatchLocked() (net.Buffers, int) {
+	batch, n := c.queue, c.queuedBytes
 	c.queue, c.spare = c.spare[:0], nil
 	c.queuedBytes = 0
-	return batch
+	return batch, n
 }
 
 // recycleLocked keeps a written batch's backing array for the next one.
@@ -205,15 +241,20 @@ func (c *Conn) recycleLocked(orig net.Buffers) {
 // may have appended to meanwhile.
 func (c *Conn) flush(f *flusher) {
 	c.mu.Lock()
-	c.scheduled = false
-	if c.writing || c.closed {
+	if c.writer != writerScheduled {
+		c.mu.Unlock()
+		return
+	}
+	if c.state >= stateClosed {
+		c.writer = writerIdle
 		c.mu.Unlock()
 		return
 	}
 	if len(c.queue) == 0 {
-		finish := c.closing
+		c.writer = writerIdle
+		finish := c.state == stateClosing
 		if finish {
-			c.closed = true
+			c.state = stateClosed
 		}
 		c.mu.Unlock()
 		if finish {
@@ -221,8 +262,10 @@ func (c *Conn) flush(f *flusher) {
 		}
 		return
 	}
-	batch := c.takeBatchLocked()
-	c.writing = true
+	// The batch leaves the count while the non-blocking writev runs (it takes what the
+	// socket has room for at once); what it leaves goes to the slow path and counts again.
+	batch, _ := c.takeBatchLocked()
+	c.writer = writerBusy
 	c.mu.Unlock()
 
 	orig := batch
@@ -245,15 +288,16 @@ func (c *Conn) flush(f *flusher) {
 		}
 		clear(orig)
 		c.mu.Lock()
-		c.unsentBytes = n
+		c.writingBytes = n
 		c.mu.Unlock()
-		go c.writeLoop(restCopy) // c.writing stays true: the slow path owns the socket now
+		go c.writeLoop(restCopy) // the writer stays busy: the slow path owns the socket now
 		return
 	}
 	clear(orig)
 	c.mu.Lock()
 	c.recycleLocked(orig)
-	c.writing = false
+	c.writingBytes = 0
+	c.writer = writerIdle
 	k := c.kickLocked()
 	c.mu.Unlock()
 	c.doKick(k)
@@ -265,22 +309,18 @@ func (c *Conn) flush(f *flusher) {
 func (c *Conn) writeLoop(first net.Buffers) {
 	if len(first) > 0 {
 		_ = c.netConn.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := first.WriteTo(c.netConn)
-		c.mu.Lock()
-		c.unsentBytes = 0
-		c.mu.Unlock()
-		if err != nil {
+		if err := c.writeBatch(first); err != nil {
 			c.abort(CauseWriteError)
 			return
 		}
 	}
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 || c.closed {
-			c.writing = false
-			finish := c.closing && !c.closed && len(c.queue) == 0
+		if len(c.queue) == 0 || c.state >= stateClosed {
+			c.writer = writerIdle
+			finish := c.state == stateClosing
 			if finish {
-				c.closed = true
+				c.state = stateClosed
 			}
 			c.mu.Unlock()
 			if c.raw != nil { // the flusher's non-blocking writes must not see this deadline
@@ -291,25 +331,48 @@ func (c *Conn) writeLoop(first net.Buffers) {
 			}
 			return
 		}
-		batch := c.takeBatchLocked()
+		// A blocking write may take as long as the peer likes: its batch stays counted
+		// against the bound (writingBytes) until written, frame by frame.
+		batch, n := c.takeBatchLocked()
+		c.writingBytes = n
 		c.mu.Unlock()
 
 		if c.fl != nil {
 			c.fl.stats.blocking.Add(1)
 			c.fl.stats.blockingFrames.Add(uint64(len(batch)))
 		}
-		orig := batch // WriteTo consumes batch; orig keeps the backing array for reuse
 		_ = c.netConn.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := batch.WriteTo(c.netConn)
-		clear(orig) // drop references so shared frames can be freed
+		err := c.writeBatch(batch) // drops its references, so shared frames can be freed
 		c.mu.Lock()
-		c.recycleLocked(orig)
+		c.recycleLocked(batch)
 		c.mu.Unlock()
 		if err != nil {
 			c.abort(CauseWriteError)
 			return
 		}
 	}
+}
+
+// writeBatch is the slow path's blocking write of a batch, a frame at a time: each frame's
+// bytes leave the in-flight count as soon as they are written, so the bound holds what is
+// still to be written, no more (a peer that reads slowly is not cut for what it took).
+// (net.Buffers.WriteTo writes a TLS or fast-path connection a frame at a time too.)
+func (c *Conn) writeBatch(bufs net.Buffers) error {
+	var err error
+	for i, b := range bufs {
+		var n int
+		if err == nil {
+			n, err = c.netConn.Write(b)
+		}
+		bufs[i] = nil
+		c.mu.Lock()
+		c.writingBytes -= n
+		if err != nil || i == len(bufs)-1 {
+			c.writingBytes = 0
+		}
+		c.mu.Unlock()
+	}
+	return err
 }
 
 // Close ends the connection with a close handshake: last (pre-framed bytes, the
@@ -322,12 +385,11 @@ func (c *Conn) Close(code int, text string, last []byte) {
 
 func (c *Conn) closeWith(cause Cause, code int, text string, last []byte) {
 	c.mu.Lock()
-	if c.closing {
+	if c.state != stateOpen {
 		c.mu.Unlock()
 		return
 	}
-	c.closing = true
-	c.setCauseLocked(cause)
+	c.state, c.cause = stateClosing, cause
 	c.dropBarriersLocked()
 	if last != nil {
 		c.queue = append(c.queue, last)
@@ -341,25 +403,31 @@ func (c *Conn) closeWith(cause Cause, code int, text string, last []byte) {
 // Abort drops the socket at once without a close handshake.
 func (c *Conn) Abort() { c.abort(CauseLocal) }
 
-// abort drops the socket at once without a close handshake (slow or broken peer).
+// abort drops the socket at once without a close handshake (slow or broken peer). It
+// only makes the reader see the end: a polled socket is shut down, never closed (its
+// poller deregisters it, then cleanup closes it), a goroutine reader's connection is
+// closed, which fails its read. Either way the reader then runs cleanup, whatever window
+// of the connection's life this lands in: register fixed the reader before the Session
+// could publish the connection to anyone who might abort it.
 func (c *Conn) abort(cause Cause) {
 	c.mu.Lock()
-	if c.closed {
+	if c.state >= stateClosed {
 		c.mu.Unlock()
 		return
 	}
 	// The first cause recorded wins: the cleanup's abort must not overwrite the one the
 	// reader found (a message too big) in logs and metrics.
-	c.setCauseLocked(cause)
-	c.closing = true
-	c.closed = true
+	if c.state == stateOpen {
+		c.cause = cause
+	}
+	c.state = stateClosed
 	c.dropBarriersLocked()
 	clear(c.queue)
 	c.queue = nil
 	c.queuedBytes = 0
 	c.mu.Unlock()
-	if c.polled.Load() {
-		c.dropPolled() // the poller closes the fd once it has deregistered it
+	if c.reader == readerPoller {
+		c.dropPolled()
 	} else {
 		_ = c.netConn.Close()
 	}
@@ -372,7 +440,7 @@ func (c *Conn) finishClose() {
 	defer close(c.flushed)
 	if tc, ok := c.netConn.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
-		if c.polled.Load() {
+		if c.reader == readerPoller {
 			// A poller never blocks in read, so a deadline would not fire: end reading
 			// after the grace instead (a no-op if the socket is gone by then).
 			time.AfterFunc(closeGrace, c.endPolledRead)
@@ -387,7 +455,7 @@ func (c *Conn) finishClose() {
 // mustAwaitFlush reports whether cleanup would wait for a queued close frame.
 func (c *Conn) mustAwaitFlush() bool {
 	c.mu.Lock()
-	closing := c.closing
+	closing := c.state == stateClosing || c.state == stateClosed
 	c.mu.Unlock()
 	if !closing {
 		return false
@@ -400,10 +468,11 @@ func (c *Conn) mustAwaitFlush() bool {
 	}
 }
 
-// cleanup ends the connection once its reader has ended and tells the Session why.
+// cleanup ends the connection once its reader has ended and tells the Session why. Only
+// the reader runs it (or register, when the reader could not start), once.
 func (c *Conn) cleanup() {
 	c.mu.Lock()
-	closing := c.closing
+	closing := c.state == stateClosing || c.state == stateClosed
 	c.mu.Unlock()
 	if closing { // let the close frame already queued reach the peer
 		select {
@@ -412,8 +481,13 @@ func (c *Conn) cleanup() {
 		}
 	}
 	c.abort(CausePeerGone)
-	_ = c.netConn.Close() // abort is a no-op after a graceful close that only half-closed
+	_ = c.netConn.Close() // the descriptor's only close (abort shut it down, or half-closed it)
 	c.mu.Lock()
+	if c.state == stateEnded {
+		c.mu.Unlock()
+		return
+	}
+	c.state = stateEnded
 	cause := c.cause
 	c.mu.Unlock()
 	c.session.OnClose(cause)

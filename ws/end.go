@@ -9,12 +9,11 @@ package ws
 // goroutine and idempotent; a no-op once Close or Abort ran.
 func (c *Conn) End() {
 	c.mu.Lock()
-	if c.closing {
+	if c.state != stateOpen {
 		c.mu.Unlock()
 		return
 	}
-	c.closing = true
-	c.setCauseLocked(CauseLocal)
+	c.state, c.cause = stateClosing, CauseLocal // closing without a close frame queued
 	c.dropBarriersLocked()
 	k := c.kickLocked()
 	c.mu.Unlock()

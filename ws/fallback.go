@@ -50,20 +50,16 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	c.ws, c.netConn = wc, uw.conn.Conn
 	// A *net.TCPConn, or the fast listener's replayConn around one; never a *tls.Conn.
+	var p *poller
 	if sc, ok := c.netConn.(syscall.Conn); ok && haveWritev {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.raw = rc
+			p = s.poller() // nil where epoll is unavailable
 		}
 	}
-	if !s.open(c) {
-		return
-	}
-	if s.startReader(c) {
-		return
-	}
-	// A fresh goroutine reads: returning lets net/http's connection goroutine end and
-	// release the 8 KiB of bufio buffers it keeps for a hijacked connection.
-	go c.readLoop()
+	// Read by a poller, else by a fresh goroutine: returning lets net/http's connection
+	// goroutine end and release the 8 KiB of bufio buffers it keeps for a hijacked one.
+	s.register(c, p, false)
 }
 
 // refuse sends the refusal frames, then waits briefly for the peer's close.
@@ -147,10 +143,7 @@ func (c *Conn) readLoop() {
 		if err != nil {
 			switch {
 			case errors.Is(err, websocket.ErrReadLimit):
-				// gorilla has sent the 1009 close frame itself
-				c.mu.Lock()
-				c.setCauseLocked(CauseTooBig)
-				c.mu.Unlock()
+				c.abort(CauseTooBig) // gorilla has sent the 1009 close frame itself
 			case errors.Is(err, errInvalidUTF8):
 				c.protocolError(CloseInvalidPayload)
 			}

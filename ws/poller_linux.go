@@ -116,24 +116,19 @@ func newPoller(stop <-chan struct{}) (*poller, error) {
 	}, nil
 }
 
-// startReader hands c to a poller instead of a reader goroutine. It reports false (the
-// caller then starts readLoop) for TLS or when epoll is unavailable. The caller has queued
-// the greeting, so no reply to a client message can precede it.
-func (s *Server) startReader(c *Conn) bool {
-	if c.raw == nil {
-		return false
-	}
-	p := s.poller()
-	if p == nil {
-		return false
-	}
-	c.polled.Store(true) // from now on abort shuts the socket down instead of closing it
+// add makes p the reader of c (register): c's socket enters p's table and, unless inSet
+// (the fast path's handshake put it there), its epoll set. It reports false if the socket
+// could not be watched.
+func (p *poller) add(c *Conn, inSet bool) bool {
 	var addErr error
 	err := c.raw.Control(func(fd uintptr) {
 		c.fd = int32(fd)
 		p.mu.Lock()
 		p.conns[c.fd] = c
 		p.mu.Unlock()
+		if inSet {
+			return
+		}
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: c.fd}
 		if addErr = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); addErr != nil {
 			p.mu.Lock()
@@ -141,13 +136,12 @@ func (s *Server) startReader(c *Conn) bool {
 			p.mu.Unlock()
 		}
 	})
-	if err != nil || addErr != nil {
-		// Closed by a concurrent abort before it was registered: end it here.
-		c.polled.Store(false)
-		go c.cleanup()
-	}
-	c.ws = nil // gorilla's Conn and its read buffer are not needed any more
-	return true
+	return err == nil && addErr == nil
+}
+
+// forget takes a refused connection's socket out of p's epoll set before it is closed.
+func (p *poller) forget(c *Conn) {
+	_ = c.raw.Control(func(fd uintptr) { _ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil) })
 }
 
 func (p *poller) run() {
@@ -272,7 +266,6 @@ func (p *poller) end(c *Conn) {
 	_ = c.raw.Control(func(fd uintptr) {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	})
-	c.polled.Store(false)
 	c.rd = frameReader{}
 	if c.mustAwaitFlush() {
 		go c.cleanup()

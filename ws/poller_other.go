@@ -5,8 +5,13 @@ package ws
 // pollerSet is empty where there is no epoll: every connection has a reader goroutine.
 type pollerSet struct{}
 
-// startReader reports false: the caller starts readLoop.
-func (s *Server) startReader(*Conn) bool { return false }
+// poller is never made here: poller() answers nil and register starts readLoop.
+type poller struct{}
+
+func (s *Server) poller() *poller { return nil }
+
+func (p *poller) add(*Conn, bool) bool { return false }
+func (p *poller) forget(*Conn)         {}
 
 func (s *Server) stopPollers() {}
 

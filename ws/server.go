@@ -135,13 +135,32 @@ func (s *Server) newConn(d *Decision) *Conn {
 	}
 }
 
-// open hands the connection to its Session; false means it was dropped.
-func (s *Server) open(c *Conn) bool {
-	if !c.session.OnOpen(c) {
-		_ = c.netConn.Close()
-		return false
+// register opens an upgraded connection: both accept paths (the fast path's poller and
+// the portable path's Upgrade) end here, with p the poller that will read it (nil: a
+// goroutine reads) and inSet whether its socket is in p's epoll set already (the fast
+// path's handshake). The reader is fixed first, so whatever the Session does with c in
+// OnOpen (publish it to a table that a shutdown sweep aborts) ends it the one way that
+// reader notices; only then does reading start. From here on exactly one cleanup, run by
+// the reader, closes the socket and calls OnClose.
+func (s *Server) register(c *Conn, p *poller, inSet bool) {
+	if p != nil {
+		c.reader = readerPoller
 	}
-	return true
+	if !c.session.OnOpen(c) {
+		if inSet {
+			p.forget(c)
+		}
+		_ = c.netConn.Close() // refused: no OnClose
+		return
+	}
+	if p == nil {
+		go c.readLoop()
+		return
+	}
+	c.ws = nil // gorilla's Conn and its read buffer are not needed any more
+	if !p.add(c, inSet) {
+		go c.cleanup() // the socket could not be watched: end it as its reader would
+	}
 }
 
 func fastrandn(n uint32) uint32 { return mrand.Uint32N(n) }

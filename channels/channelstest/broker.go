@@ -52,6 +52,18 @@ func (s *Sink) WaitFor(t testing.TB, what string, cond func([]string) bool) {
 	}
 }
 
+// Subscribe subscribes sub and waits until publishes from any node reach it (the
+// registry's WhenRouted): what a client is told by subscription_succeeded.
+func Subscribe(t testing.TB, r *channels.Registry, app, ch string, sub channels.Subscriber) {
+	t.Helper()
+	r.Subscribe(app, ch, sub)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.AwaitRouted(ctx, app, ch); err != nil {
+		t.Fatalf("subscription to %s/%s never routed: %v", app, ch, err)
+	}
+}
+
 // NewCluster builds n nodes that share one broker medium and returns each node's registry.
 // A single-node broker (memory) supports n == 1 only.
 type NewCluster func(t *testing.T, n int) []*channels.Registry
@@ -87,8 +99,8 @@ func RunBroker(t *testing.T, nodes int, newCluster NewCluster) {
 	t.Run("local delivery once with except", func(t *testing.T) {
 		r := newCluster(t, 1)[0]
 		a, b := &Sink{ID: "1.1"}, &Sink{ID: "1.2"}
-		r.Subscribe("app", "news", a)
-		r.Subscribe("app", "news", b)
+		Subscribe(t, r, "app", "news", a)
+		Subscribe(t, r, "app", "news", b)
 		publish(t, r, "app", "news", "m1", "1.2")
 		if got := endWith(t, r, "app", "news", a); !slices.Equal(got, []string{"m1"}) {
 			t.Fatalf("subscriber got %q, want [m1] once", got)
@@ -104,7 +116,7 @@ func RunBroker(t *testing.T, nodes int, newCluster NewCluster) {
 			frame = append(frame, byte(i))
 		}
 		s := &Sink{ID: "2.1"}
-		r[len(r)-1].Subscribe("app", "bin", s)
+		Subscribe(t, r[len(r)-1], "app", "bin", s)
 		publish(t, r[0], "app", "bin", string(frame), "")
 		s.WaitFor(t, "binary frame", func(f []string) bool { return len(f) == 1 && f[0] == string(frame) })
 	})
@@ -130,8 +142,8 @@ func RunBroker(t *testing.T, nodes int, newCluster NewCluster) {
 			a, b := regs[0], regs[1]
 			onA := &Sink{ID: "1.1"}
 			onB := &Sink{ID: "9.9"}
-			a.Subscribe("app1", "news", onA)
-			b.Subscribe(tc.subApp, tc.subCh, onB)
+			Subscribe(t, a, "app1", "news", onA)
+			Subscribe(t, b, tc.subApp, tc.subCh, onB)
 			publish(t, a, "app1", "news", "m", tc.except)
 			got := endWith(t, a, tc.subApp, tc.subCh, onB)
 			if !slices.Equal(got, tc.want) {
@@ -151,7 +163,7 @@ func RunBroker(t *testing.T, nodes int, newCluster NewCluster) {
 		sinks := make([]*Sink, len(regs))
 		for i, r := range regs {
 			sinks[i] = &Sink{ID: fmt.Sprintf("%d.1", i)}
-			r.Subscribe("app", "all", sinks[i])
+			Subscribe(t, r, "app", "all", sinks[i])
 		}
 		for i, r := range regs {
 			publish(t, r, "app", "all", fmt.Sprintf("from%d", i), "")

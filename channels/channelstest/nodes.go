@@ -53,7 +53,7 @@ func (l *stateLog) get() (reaped []string, resyncs, closing int) {
 // registry lost, and Close reaping the node itself.
 func RunNodeRegistry(t *testing.T, newNode NewNode) {
 	ctx := context.Background()
-	const timeout = 300 * time.Millisecond
+	const timeout = 1500 * time.Millisecond // 1.2 s of silence is death: margin for a loaded machine
 	live := func(t *testing.T, r channels.NodeRegistry) []string {
 		t.Helper()
 		ids, err := r.LiveNodes(ctx)

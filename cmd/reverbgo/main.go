@@ -244,7 +244,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		opts.Health = cl.health
 		opts.Cluster = clusterView{cl.occ, cl.sockets}
 		store, feed = cl.store, cl.feed
-		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "node", cl.node)
+		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "routing", cfg.Scaling.Routing, "node", cl.node)
 	} else {
 		opts.Registry = channels.NewRegistry(channels.Options{})
 		mem := bridge.NewMemoryStore(bridge.MemoryOptions{})

@@ -85,6 +85,10 @@ func registerNodeMetrics(reg prometheus.Registerer, n *node) {
 			}
 			return 0
 		}))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "reverbgo_cluster_messages_received_total",
+			Help: "Cluster messages this node read from Redis pub/sub (its own publishes that came back included). Under scaling.routing interest only the channels this node has subscribers of.",
+		}, func() float64 { return float64(b.Received()) }))
 	}
 }
 

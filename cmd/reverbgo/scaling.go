@@ -23,7 +23,8 @@ type cluster struct {
 	rdb      redis.UniversalClient
 	addr     string // the topology, for logs (no password)
 	node     string
-	prefix   string // of every key this cluster keeps in Redis
+	prefix   string             // of this cluster's node-level keys in Redis
+	keys     *channels.KeySpace // every key and pub/sub channel name (scaling.routing decides the layout)
 	broker   *channels.RedisBroker
 	nodes    *channels.RedisNodes // the one node registry: presence, occupancy, sockets, webhooks
 	presence *channels.RedisPresence
@@ -112,8 +113,15 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	}
 	prefix := KeyPrefix(channel)
 	c.prefix = prefix
-	c.cache = channels.NewRedisCache(c.rdb, prefix)
-	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{Channel: channel, NodeID: c.node, Logger: logger, Cache: c.cache}); err != nil {
+	routing := channels.RoutingInterest
+	if cfg.Scaling.Routing == config.RoutingBroadcast {
+		routing = channels.RoutingBroadcast
+	}
+	c.keys = channels.NewKeySpace(channel, routing == channels.RoutingInterest)
+	c.cache = channels.NewRedisCacheIn(c.rdb, c.keys)
+	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{
+		Channel: channel, Routing: routing, Keys: c.keys, NodeID: c.node, Logger: logger, Cache: c.cache,
+	}); err != nil {
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: subscribing to %q: %w", channel, err)
@@ -176,6 +184,12 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	// its presence subscribers were told (pusher/presence_reconcile.go).
 	c.nodes.Track(channels.NodeState{Tick: func(_ context.Context, rejoined bool) error { srv.PresenceHeartbeat(rejoined); return nil }})
 	c.nodes.Start()
+	// On Redis Cluster the node's subscription connections (one per bucket) are made before
+	// it takes sockets, so first subscribes do not wait for dials.
+	select {
+	case <-c.broker.Dialled():
+	case <-time.After(startupTimeout):
+	}
 }
 
 // webhookStore is the webhooks' cluster store, its dead nodes reaped by the node registry

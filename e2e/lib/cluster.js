@@ -11,7 +11,7 @@ const SCRIPT = path.resolve(__dirname, '../../scripts/redis-topologies.sh');
 
 function run(args) {
   return new Promise((resolve, reject) => {
-    execFile('bash', [SCRIPT, ...args], { timeout: 60000 }, (err, stdout, stderr) => {
+    execFile('bash', [SCRIPT, ...args], { timeout: 180000 }, (err, stdout, stderr) => {
       if (err) reject(new Error(`redis-topologies.sh ${args.join(' ')} failed: ${stderr || err.message}`));
       else resolve(stdout);
     });
@@ -60,16 +60,17 @@ async function startTopology(kind) {
 }
 
 /**
- * startNodes(topology, n, {apps, scaling}) → n started reverbgo binaries sharing the
+ * startNodes(topology, n, {apps, scaling, extra}) → n started reverbgo binaries sharing the
  * topology (scaling.enabled, a fresh scaling.channel so runs never meet), plus stopAll().
+ * extra is merged into each node's config (e.g. {metrics: {enabled: true}}).
  */
-async function startNodes(topology, n, { apps, scaling = {}, channel } = {}) {
+async function startNodes(topology, n, { apps, scaling = {}, channel, extra = {} } = {}) {
   const ch = channel || `e2e${Date.now().toString(36)}${Math.floor(Math.random() * 1e6)}`;
   const nodes = [];
   try {
     for (let i = 0; i < n; i++) {
       const port = await freePort();
-      const cfg = { server: { host: '127.0.0.1', port }, apps, scaling: { enabled: true, ...topology.scaling, channel: ch, ...scaling } };
+      const cfg = { ...extra, server: { host: '127.0.0.1', port }, apps, scaling: { enabled: true, ...topology.scaling, channel: ch, ...scaling } };
       nodes.push(await startServer({ apps, server: { port }, config: cfg }));
     }
   } catch (err) {

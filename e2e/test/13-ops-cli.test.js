@@ -45,6 +45,7 @@ describe('config check', () => {
     assert.match(r.stdout, /key: ops-key/); // public keys stay readable
     assert.match(r.stdout, /activity_timeout: 30/); // defaults filled in
     assert.match(r.stdout, /format: json/);
+    assert.match(r.stdout, /\n {4}routing: interest\n/); // scaling.routing's default, printed
   });
 
   for (const [name, yaml, key] of [
@@ -52,6 +53,7 @@ describe('config check', () => {
     ['a bad log format', 'server: {log: {format: xml}}\napps: [{app_id: a, key: k, secret: s}]\n', 'server.log.format'],
     ['a bad metrics listener', 'metrics: {enabled: true, listen: nowhere}\napps: [{app_id: a, key: k, secret: s}]\n', 'metrics.listen'],
     ['a missing secret', 'apps: [{app_id: a, key: k}]\n', 'apps[0].secret'],
+    ['an unknown routing', 'scaling: {routing: fanout}\napps: [{app_id: a, key: k, secret: s}]\n', 'scaling.routing'],
   ]) {
     test(`${name}: exit 1 and the error names ${key}`, async (t) => {
       const cfg = writeConfig(yaml);

@@ -82,11 +82,15 @@ for (const kind of ['standalone', 'sentinel', 'cluster']) {
       }
       assert.deepEqual(got.got, [{ i: 0 }, { i: 1 }, { i: 2 }]);
       if (kind === 'cluster') {
-        // Sharded pub/sub: the three nodes hold SSUBSCRIBE on the scaling channel, no SUBSCRIBE.
+        // Sharded pub/sub under interest routing: news's routed channel is SSUBSCRIBEd by the
+        // one node with a subscriber of it (node 3), nothing is SUBSCRIBEd.
         const ports = topo.vars.CLUSTER_ADDRS.split(',').map((a) => a.split(':')[1]);
-        const count = (cmd) => ports.reduce((sum, p) => sum + Number(redisCli(p, 'pubsub', cmd, nodes.channel).split('\n')[1]), 0);
-        assert.equal(count('shardnumsub'), 3);
-        assert.equal(count('numsub'), 0);
+        const topic = ports.flatMap((p) => redisCli(p, 'pubsub', 'shardchannels', `*:m:${news}:*`).split('\n').filter(Boolean));
+        assert.equal(topic.length, 1, `one routed shard channel for ${news}`);
+        const count = (cmd, name) => ports.reduce((sum, p) => sum + Number(redisCli(p, 'pubsub', cmd, name).split('\n')[1]), 0);
+        assert.equal(count('shardnumsub', topic[0]), 1);
+        assert.equal(count('numsub', topic[0]), 0);
+        assert.equal(count('shardnumsub', nodes.channel), 0, 'no node listens to the broadcast channel');
       }
     });
 

@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -22,4 +23,19 @@ func RedisURL(t testing.TB) string {
 		t.Fatal("CI=true but REVERBGO_TEST_REDIS_URL is not set: the real-Redis suites must run (is redis-server installed?)")
 	}
 	return u
+}
+
+// RedisServer is the path of the redis-server binary, for tests that run (and stop and
+// continue) a server of their own. Without one the test is skipped, except under CI, where
+// that is a failure: the Redis stall tests would otherwise pass without running.
+func RedisServer(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if InCI() {
+			t.Fatal("CI=true but redis-server is not installed: the Redis stall tests must run")
+		}
+		t.Skip("redis-server not installed")
+	}
+	return bin
 }

@@ -1,0 +1,51 @@
+package channels
+
+import (
+	"context"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestOccupancyStaleWriteRepaired: a batch (or Resync) whose value landed after a newer one
+// (the count changed while its write was under way) is settled against memory and the field
+// re-marked, so the next flush writes the count the node holds; a write that still matches
+// memory is not written again.
+func TestOccupancyStaleWriteRepaired(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	nodes := NewRedisNodes(rdb, RedisNodesOptions{NodeID: "n1"})
+	o := NewRedisOccupancy(nodes, "", nil)
+	t.Cleanup(o.Close)
+	read := func(field string) string {
+		v, _ := rdb.HGet(ctx, o.subsKey("n1"), field).Result()
+		return v
+	}
+	o.Subscribed("app", "news", "1.1")
+	o.Subscribed("app", "sports", "1.1")
+	o.flush()
+	if read("app\x00news") != "1" || read("app\x00sports") != "1" {
+		t.Fatalf("first batch: news=%q sports=%q", read("app\x00news"), read("app\x00sports"))
+	}
+	// A write computed before news got its second subscriber lands after it: Redis holds the
+	// older value 1 while the node has 2. The writer settles what it wrote.
+	o.mu.Lock()
+	o.counts["app\x00news"] = 2
+	delete(o.pending, "app\x00news")
+	o.mu.Unlock()
+	o.settle(map[string]int64{"app\x00news": 1, "app\x00sports": 1}, nil)
+	o.mu.Lock()
+	_, newsPending := o.pending["app\x00news"]
+	_, sportsPending := o.pending["app\x00sports"]
+	o.mu.Unlock()
+	if !newsPending || sportsPending {
+		t.Fatalf("re-marked: news %v (want true), sports %v (want false)", newsPending, sportsPending)
+	}
+	o.flush()
+	if got := read("app\x00news"); got != "2" {
+		t.Fatalf("after the next flush news=%q, want 2", got)
+	}
+}
