@@ -23,7 +23,8 @@ import (
 // there: a subscriber that joined later seeds with a list the older ones may lack).
 type announcedSet struct {
 	any, all map[string]struct{}
-	max      int // 0 = no bound
+	max      int    // 0 = no bound
+	version  uint64 // counts the changes, so a diff can tell one happened since a read
 }
 
 type announced struct {
@@ -54,6 +55,7 @@ func (r *Registry) SeedAnnounced(app, name string, members []Member, max int) {
 		return
 	}
 	s.max = max
+	s.version++
 	told := make(map[string]struct{}, len(members))
 	for _, m := range members {
 		told[m.UserID] = struct{}{}
@@ -70,6 +72,7 @@ func (r *Registry) SeedAnnounced(app, name string, members []Member, max int) {
 
 // add records a member every local subscriber was told about.
 func (s *announcedSet) add(id string) {
+	s.version++
 	if _, ok := s.any[id]; !ok {
 		if s.max > 0 && len(s.any) >= s.max {
 			return
@@ -80,6 +83,7 @@ func (s *announcedSet) add(id string) {
 }
 
 func (s *announcedSet) remove(id string) {
+	s.version++
 	delete(s.any, id)
 	delete(s.all, id)
 }
@@ -192,17 +196,31 @@ func (r *Registry) AnnouncedChannels() []AnnouncedMember {
 	return out
 }
 
-// AnnouncedDiff compares a channel's announced set with the cluster's members: gone are
-// ids some local subscriber was told of that are not among them, missing the members not
-// every local subscriber was told of (a subscriber that has one already gets a repeated
-// member_added: pusher-js updates the member and emits pusher:member_added again). ok is false when the channel
-// has no set.
-func (r *Registry) AnnouncedDiff(app, name string, truth []Member) (gone []string, missing []Member, ok bool) {
+// AnnouncedVersion is the channel set's change count (ok false: no set); read it before the
+// members AnnouncedDiff compares with.
+func (r *Registry) AnnouncedVersion(app, name string) (version uint64, ok bool) {
 	a := &r.ann
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.sets[key{app, name}]
 	if s == nil {
+		return 0, false
+	}
+	return s.version, true
+}
+
+// AnnouncedDiff compares a channel's announced set with the cluster's members: gone are
+// ids some local subscriber was told of that are not among them, missing the members not
+// every local subscriber was told of (a subscriber that has one already gets a repeated
+// member_added: pusher-js updates the member and emits pusher:member_added again). ok is false when the channel
+// has no set or when it changed since version was read (a member event arrived after the
+// members were: compare again with a fresh read).
+func (r *Registry) AnnouncedDiff(app, name string, version uint64, truth []Member) (gone []string, missing []Member, ok bool) {
+	a := &r.ann
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.sets[key{app, name}]
+	if s == nil || s.version != version {
 		return nil, nil, false
 	}
 	in := make(map[string]struct{}, len(truth))

@@ -52,7 +52,8 @@ func TestAnnouncedSets(t *testing.T) {
 	} {
 		deliver(f)
 	}
-	gone, missing, ok := r.AnnouncedDiff(app, room, []Member{{UserID: "u2"}, {UserID: "u9"}})
+	v, _ := r.AnnouncedVersion(app, room)
+	gone, missing, ok := r.AnnouncedDiff(app, room, v, []Member{{UserID: "u2"}, {UserID: "u9"}})
 	slices.Sort(gone)
 	if !ok || !slices.Equal(gone, []string{"u3", "u4"}) || len(missing) != 1 || missing[0].UserID != "u9" {
 		t.Fatalf("diff gone %v missing %v ok %v", gone, missing, ok)
@@ -63,7 +64,7 @@ func TestAnnouncedSets(t *testing.T) {
 	// Another channel's frames and a non-presence channel never touch the set.
 	r.DeliverLocal(Message{AppID: app, Channel: "private-a", Frame: memberFrame("member_added", "private-a", "u7")})
 	r.Unsubscribe(app, room, "s1")
-	if _, _, ok := r.AnnouncedDiff(app, room, nil); ok {
+	if _, ok := r.AnnouncedVersion(app, room); ok {
 		t.Fatal("set kept after the last local subscriber left")
 	}
 }
@@ -78,14 +79,19 @@ func TestAnnouncedLaterSubscriber(t *testing.T) {
 	r.SeedAnnounced(app, room, []Member{{UserID: "u1"}, {UserID: "ghost"}}, 0)
 	r.Subscribe(app, room, nopSub{"new"})
 	r.SeedAnnounced(app, room, []Member{{UserID: "u1"}, {UserID: "missed"}}, 0)
-	gone, missing, _ := r.AnnouncedDiff(app, room, []Member{{UserID: "u1"}, {UserID: "missed"}})
+	v, _ := r.AnnouncedVersion(app, room)
+	gone, missing, _ := r.AnnouncedDiff(app, room, v, []Member{{UserID: "u1"}, {UserID: "missed"}})
 	if !slices.Equal(gone, []string{"ghost"}) || len(missing) != 1 || missing[0].UserID != "missed" {
 		t.Fatalf("gone %v missing %v", gone, missing)
 	}
 	// The corrections, delivered locally, settle the set on the truth.
 	r.DeliverLocal(Message{AppID: app, Channel: room, Frame: memberFrame("member_removed", room, "ghost")})
 	r.DeliverLocal(Message{AppID: app, Channel: room, Frame: memberFrame("member_added", room, "missed")})
-	gone, missing, _ = r.AnnouncedDiff(app, room, []Member{{UserID: "u1"}, {UserID: "missed"}})
+	if _, _, ok := r.AnnouncedDiff(app, room, v, nil); ok {
+		t.Fatal("diff against a set changed since its version was read")
+	}
+	v, _ = r.AnnouncedVersion(app, room)
+	gone, missing, _ = r.AnnouncedDiff(app, room, v, []Member{{UserID: "u1"}, {UserID: "missed"}})
 	if len(gone)+len(missing) != 0 {
 		t.Fatalf("after corrections: gone %v missing %v", gone, missing)
 	}
@@ -103,7 +109,8 @@ func FuzzNoteAnnounced(f *testing.F) {
 		r.Subscribe("1", "presence-a", nopSub{"s"})
 		r.SeedAnnounced("1", "presence-a", nil, 2)
 		r.DeliverLocal(Message{AppID: "1", Channel: "presence-a", Frame: frame})
-		gone, _, _ := r.AnnouncedDiff("1", "presence-a", nil)
+		v, _ := r.AnnouncedVersion("1", "presence-a")
+		gone, _, _ := r.AnnouncedDiff("1", "presence-a", v, nil)
 		if len(gone) > 2 {
 			t.Fatalf("set over its bound: %v", gone)
 		}

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -64,9 +65,10 @@ func (s *Server) PresenceHeartbeat(rejoined bool) {
 	r := &s.reconcile
 	now := time.Now()
 	r.mu.Lock()
-	gap := !r.lastBeat.IsZero() && r.interval > 0 && now.Sub(r.lastBeat) > 2*r.interval+r.interval/2
+	first := r.lastBeat.IsZero() // a fresh node's first heartbeat always "rejoins"
+	gap := !first && r.interval > 0 && now.Sub(r.lastBeat) > 2*r.interval+r.interval/2
 	r.lastBeat = now
-	if rejoined || gap {
+	if !first && (rejoined || gap) {
 		r.troubled, r.quiet = true, 0
 	}
 	r.mu.Unlock()
@@ -113,19 +115,36 @@ func (s *Server) presenceReconcileLoop() {
 }
 
 // reconcilePresence corrects every local presence channel's subscribers against the
-// presence store; the first error stops the pass (the caller retries all of it).
+// presence store. A Redis error stops the pass; a channel whose set kept changing is left
+// for the next pass. Either way the caller runs the whole pass again (channels already
+// corrected then differ no more).
 func (s *Server) reconcilePresence(ctx context.Context) error {
 	fixed := 0
+	var busy error
 	for _, ch := range s.reg.AnnouncedChannels() {
-		if err := ctx.Err(); err != nil {
-			return err
+		var gone []string
+		var missing []channels.Member
+		ok := false
+		// A member event arriving between the read and the diff would make the diff wrong
+		// (a join read as absent, announced, then removed): read again, a few times.
+		for try := 0; try < 3 && !ok; try++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			v, has := s.reg.AnnouncedVersion(ch.App, ch.Channel)
+			if !has {
+				break
+			}
+			truth, err := s.reg.Presence().Members(ctx, ch.App, ch.Channel)
+			if err != nil {
+				return err
+			}
+			gone, missing, ok = s.reg.AnnouncedDiff(ch.App, ch.Channel, v, truth)
 		}
-		truth, err := s.reg.Presence().Members(ctx, ch.App, ch.Channel)
-		if err != nil {
-			return err
-		}
-		gone, missing, ok := s.reg.AnnouncedDiff(ch.App, ch.Channel, truth)
 		if !ok {
+			if _, has := s.reg.AnnouncedVersion(ch.App, ch.Channel); has {
+				busy = errors.New("presence reconcile: " + ch.Channel + " kept changing; next pass")
+			}
 			continue
 		}
 		for _, id := range gone {
@@ -147,5 +166,5 @@ func (s *Server) reconcilePresence(ctx context.Context) error {
 	if fixed > 0 {
 		s.log.Info("presence reconciled after redis trouble", "events", fixed)
 	}
-	return nil
+	return busy
 }
