@@ -57,6 +57,10 @@ type callRequest struct {
 	Rev            *int64
 	ToolUseID      string
 	Timeout        time.Duration // 0 = the app's default
+	Access         Access        // scopes and tools; the zero value allows every tool
+	DryRun         bool          // dry_run (calls only)
+	Surface        string        // SurfaceAPI or SurfaceMCP ("" = SurfaceAPI)
+	Subject        string        // the caller's token subject, for the audit line
 }
 
 // decodeCallRequest validates an agent's request. Unknown keys are ignored (forward
@@ -86,8 +90,16 @@ func slowDecodeCallRequest(body []byte, callKind string, maxTimeout time.Duratio
 	if req.Tool, err = asString(raw, "tool"); err != nil || !ValidToolName(req.Tool) {
 		return nil, protoErr("tool must match ^[A-Za-z0-9_.-]{1,128}$")
 	}
+	if req.Access, err = decodeAccess(o); err != nil {
+		return nil, err
+	}
 	if callKind == KindDescribe {
 		return req, nil
+	}
+	if raw, ok := o["dry_run"]; ok && kind(raw) != 'z' {
+		if req.DryRun, err = asBool(raw, "dry_run"); err != nil {
+			return nil, err
+		}
 	}
 	if raw, ok := o["input"]; ok {
 		req.Input = raw
@@ -116,6 +128,31 @@ func slowDecodeCallRequest(body []byte, callKind string, maxTimeout time.Duratio
 		req.Timeout = time.Duration(ms) * time.Millisecond
 	}
 	return req, nil
+}
+
+// decodeAccess reads the optional scopes and tools (arrays of strings; absent or null = no
+// restriction).
+func decodeAccess(o obj) (Access, error) {
+	var lists [2][]string
+	for i, name := range [...]string{"scopes", "tools"} {
+		raw, ok := o[name]
+		if !ok || kind(raw) == 'z' {
+			continue
+		}
+		lists[i] = []string{}
+		err := eachItem(raw, name, func(item json.RawMessage) error {
+			if len(lists[i]) >= MaxToolPatterns {
+				return protoErr("%s may hold at most %d entries", name, MaxToolPatterns)
+			}
+			s, err := asString(item, name+"[]")
+			lists[i] = append(lists[i], s)
+			return err
+		})
+		if err != nil {
+			return Access{}, err
+		}
+	}
+	return NewAccess(lists[0], lists[1], true)
 }
 
 // convIDs reads and validates user_id and conversation_id, which end up in a channel name.
@@ -153,18 +190,6 @@ type callResponse struct {
 	Hints  Hints           `json:"hints"`
 }
 
-// callAudit accumulates the one audit line of a call.
-type callAudit struct {
-	key        ConvKey
-	id, tool   string
-	kind       string
-	surface    string // SurfaceAPI or SurfaceMCP
-	status     string
-	reason     string
-	inManifest bool
-	start      time.Time
-}
-
 func errorResult(msg string) json.RawMessage {
 	return mustJSON(map[string]string{"status": StatusError, "message": msg})
 }
@@ -182,7 +207,8 @@ func (b *Bridge) handleInvoke(c echo.Context, app *config.App, body []byte, kind
 	if req.Timeout == 0 {
 		req.Timeout = def
 	}
-	out, err := b.invoke(c.Request().Context(), app, req, kind, SurfaceAPI)
+	req.Surface = SurfaceAPI
+	out, err := b.invoke(c.Request().Context(), app, req, kind)
 	switch {
 	case errors.Is(err, ErrRateLimited), errors.Is(err, ErrTooManyInFlight):
 		return jsonError(c, http.StatusTooManyRequests, err.Error())
@@ -192,24 +218,12 @@ func (b *Bridge) handleInvoke(c echo.Context, app *config.App, body []byte, kind
 	return writeRaw(c, http.StatusOK, appendCallResponse(make([]byte, 0, 96+len(out.Result)), out.ID, out.Result, out.Hints))
 }
 
-// execute binds, broadcasts and waits. Errors are store failures; everything the agent should
-// see as a tool outcome is returned as a result.
+// execute binds, broadcasts (on channel, the conversation's) and waits for a call or describe
+// of a tool the pipeline resolved in manifest m. Errors are store failures; everything the
+// agent should see as a tool outcome is returned as a result.
 func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest, kind string,
-	timeout time.Duration, au *callAudit) (json.RawMessage, Hints, error) {
-	key := au.key
-	m, err := b.store.GetManifest(ctx, key)
-	if err != nil {
-		return nil, Hints{}, err
-	}
-	channel := Channel(key.User, key.Conversation)
-	if m == nil || !b.channelSubscribed(app.ID, channel) {
-		au.reason = "no_page"
-		return errorResult("No page is connected"), Hints{}, nil
-	}
-	var hints Hints
-	if t := m.Tool(req.Tool); t != nil {
-		hints, au.inManifest = t.Hints, true
-	}
+	m *Manifest, channel string, au *callAudit) (json.RawMessage, error) {
+	key, timeout := au.key, req.Timeout
 	// Valid by construction, so appended without re-validation: the id is a server UUID, the
 	// clientId was checked when the manifest arrived, the tool and input by decodeCallRequest
 	// (whose depth bound leaves room for the envelope).
@@ -222,13 +236,13 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 	if app.MaxMessageSize > 0 && len(data) > app.MaxMessageSize {
 		au.reason = "too_large"
 		return errorResult(fmt.Sprintf("The call is %d bytes, over the app's max_message_size of %d bytes",
-			len(data), app.MaxMessageSize)), hints, nil
+			len(data), app.MaxMessageSize)), nil
 	}
 	bind := Binding{ID: au.id, Key: key, ClientID: m.ClientID, Kind: kind, Tool: req.Tool,
 		ToolUseID: req.ToolUseID, Deadline: b.now().Add(timeout)}
 	// MUST 2: bound before broadcast, so a result can never arrive for an unbound id.
 	if err := b.store.Bind(ctx, bind, timeout+b.lim.LateGrace); err != nil {
-		return nil, hints, err
+		return nil, err
 	}
 	// Watch before publishing, so that even an instant answer wakes this waiter.
 	wake, release := b.store.Watch(au.id)
@@ -238,13 +252,13 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 			slog.String("error", err.Error()))
 		res, timedOut, cerr := b.store.ClaimTimeout(context.WithoutCancel(ctx), au.id)
 		if cerr != nil {
-			return nil, hints, cerr
+			return nil, cerr
 		}
 		if timedOut {
 			au.reason = "publish_failed"
-			return errorResult("Could not broadcast the call"), hints, nil
+			return errorResult("Could not broadcast the call"), nil
 		}
-		return res, hints, nil
+		return res, nil
 	}
 	timer := getTimer(timeout)
 	defer putTimer(timer)
@@ -261,11 +275,11 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 	// get the result that won (MUST 3).
 	res, timedOut, err := b.store.ClaimTimeout(context.WithoutCancel(ctx), au.id)
 	if err != nil {
-		return nil, hints, err
+		return nil, err
 	}
 	if !timedOut {
 		au.reason = ""
-		return res, hints, nil
+		return res, nil
 	}
 	// MUST 4: the page learns the call is over.
 	cancel := appendEvent(nil, TypeCancel, m.ClientID, au.id, nil, "", nil)
@@ -273,7 +287,7 @@ func (b *Bridge) execute(ctx context.Context, app *config.App, req *callRequest,
 		b.log.Warn("toolmark cancel publish failed", slog.String("app", app.ID),
 			slog.String("call_id", au.id), slog.String("error", err.Error()))
 	}
-	return timeoutResult, hints, nil
+	return timeoutResult, nil
 }
 
 // resultStatus reads the status of a result for audit and metrics. Every stored result is
@@ -308,24 +322,6 @@ func statusSuffix(result []byte) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// auditCall writes the one structured line per call: never input or result values.
-func (b *Bridge) auditCall(au *callAudit) {
-	lat := b.now().Sub(au.start)
-	b.met.call(au.key.App, au.surface, au.kind, au.tool, au.inManifest, au.status, lat, b.now())
-	b.observeEnd(au, lat)
-	attrs := []slog.Attr{
-		slog.String("app", au.key.App), slog.String("user", au.key.User),
-		slog.String("conversation", au.key.Conversation), slog.String("call_id", au.id),
-		slog.String("tool", au.tool), slog.String("kind", au.kind), slog.String("surface", au.surface),
-		slog.String("status", au.status),
-		slog.Int64("latency_ms", lat.Milliseconds()),
-	}
-	if au.reason != "" {
-		attrs = append(attrs, slog.String("reason", au.reason))
-	}
-	b.log.LogAttrs(context.Background(), slog.LevelInfo, "toolmark call", attrs...)
 }
 
 // handleManifest is GET /apps/{id}/toolmark/manifest?user_id=&conversation_id=.

@@ -193,11 +193,11 @@ func TestCallAfterPageLeft(t *testing.T) {
 func TestCallTooLargeForApp(t *testing.T) {
 	h := newHarness(t, nil)
 	h.withManifest(client1, 5)
-	body := `{"user_id":"u1","conversation_id":"c1","tool":"x","input":"` + strings.Repeat("a", 10000) + `"}`
+	body := `{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":"` + strings.Repeat("a", 10000) + `"}`
 	r := recv(t, h.startCall(context.Background(), "calls", body))
 	var res map[string]string
 	_ = json.Unmarshal(r.Result, &res)
-	if r.Code != 200 || res["status"] != "error" || !strings.Contains(res["message"], "max_message_size") || string(r.Hints) != "{}" {
+	if r.Code != 200 || res["status"] != "error" || !strings.Contains(res["message"], "max_message_size") || !strings.Contains(string(r.Hints), "consequential") {
 		t.Fatalf("got %+v", r)
 	}
 	if len(h.pub.all()) != 0 {
@@ -436,10 +436,15 @@ func TestInFlightLimit(t *testing.T) {
 	}
 }
 
+// TestCallRateLimit: calls that pass resolve, authorize and validate take from the bucket; a
+// call refused before (no page, here) does not.
 func TestCallRateLimit(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Limits.CallBurst = 2 })
+	recv(t, h.startCall(context.Background(), "calls", callBody)) // no page: takes nothing
+	h.withManifest(client1, 1)
+	body := `{"user_id":"u1","conversation_id":"c1","tool":"form.fill","timeout_ms":1}`
 	for i, want := range []int{200, 200, 429} {
-		r := recv(t, h.startCall(context.Background(), "calls", callBody))
+		r := recv(t, h.startCall(context.Background(), "calls", body))
 		if r.Code != want {
 			t.Fatalf("call %d: %+v", i, r)
 		}

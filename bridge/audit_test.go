@@ -19,7 +19,7 @@ func TestAuditAndMetrics(t *testing.T) {
 	call := h.pub.waitMsg(t, "call", "")
 	h.page("1.1", "c1", resultMsg(client1, call.ID, `{"status":"ok","data":"SECRET_RESULT"}`))
 	recv(t, ch)
-	recv(t, h.startCall(context.Background(), "calls", `{"user_id":"u1","conversation_id":"c1","tool":"not.in.manifest","timeout_ms":1}`))
+	recv(t, h.startCall(context.Background(), "calls", `{"user_id":"u1","conversation_id":"c1","tool":"not.in.manifest"}`))
 
 	logs := h.logs.String()
 	if strings.Contains(logs, "SECRET_INPUT") || strings.Contains(logs, "SECRET_RESULT") {
@@ -55,7 +55,7 @@ func TestAuditAndMetrics(t *testing.T) {
 		want   float64
 	}{
 		{[]string{"app1", "api", "call", "form.fill", "ok"}, 1},
-		{[]string{"app1", "api", "call", "other", "timeout"}, 1},
+		{[]string{"app1", "api", "call", "other", "refused"}, 1}, // not in the manifest: unknown_tool
 	} {
 		if got := counterValue(t, reg, "reverbgo_toolmark_calls_total", tc.labels); got != tc.want {
 			t.Errorf("calls_total%v = %v", tc.labels, got)

@@ -93,9 +93,10 @@ type Bridge struct {
 	met       *metrics
 	now       func() time.Time
 	lim       Limits
-	pageRate  *limiter
-	callRate  *limiter
+	pageRate  *limiter[string]
+	callRate  *limiter[ConvKey]
 	flight    *inflight
+	schemas   *schemaCache                // described input schemas (toolmark.validate)
 	cors      echo.MiddlewareFunc         // preflight answers (preflightCORS)
 	obs       atomic.Pointer[observerBox] // the console's, nil unless one is open (observe.go)
 	closing   chan struct{}
@@ -120,10 +121,11 @@ func New(opts Options) *Bridge {
 		b.ownStore = NewMemoryStore(MemoryOptions{})
 		b.store = b.ownStore
 	}
-	b.pageRate = newLimiter(b.lim.PageRate, b.lim.PageBurst, b.now)
-	b.callRate = newLimiter(b.lim.CallRate, b.lim.CallBurst, b.now)
+	b.pageRate = newLimiter[string](b.lim.PageRate, b.lim.PageBurst, b.now)
+	b.callRate = newLimiter[ConvKey](b.lim.CallRate, b.lim.CallBurst, b.now)
 	b.cors = b.preflightCORS()
 	b.flight = &inflight{max: b.lim.MaxInFlight, n: map[ConvKey]int{}}
+	b.schemas = newSchemaCache()
 	go b.janitor()
 	return b
 }

@@ -354,6 +354,8 @@ func fastDecodeCallRequest(b []byte, callKind string, maxTimeout time.Duration) 
 			bit = 4
 			req.Tool, good = plainString(v)
 			good = good && ValidToolName(req.Tool)
+		case "scopes", "tools", "dry_run":
+			return false // rare: the reference decoder
 		case "input", "rev", "tool_use_id", "timeout_ms":
 			if callKind == KindDescribe {
 				return true

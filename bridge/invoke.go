@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"time"
 	"unicode/utf8"
 
@@ -48,6 +47,15 @@ type Invocation struct {
 	Timeout time.Duration
 	// Surface names the caller in audit and metrics; "" = SurfaceAPI.
 	Surface string
+	// Subject is the caller's token subject, for the audit line ("" when none).
+	Subject string
+	// Access limits the tools the caller may call or describe (scopes, tool globs); the zero
+	// value allows every tool. A call outside it is refused (forbidden) before the page hears
+	// of it.
+	Access Access
+	// DryRun stops a call after resolve, authorize, validate and the rate-limit check: the
+	// page sees nothing and the result is the dry run's (dryRunResult).
+	DryRun bool
 }
 
 // Outcome is what the agent gets: the call id, the ToolResult (or {"status":"timeout"}) and the
@@ -56,13 +64,14 @@ type Outcome struct {
 	ID     string
 	Result json.RawMessage
 	Hints  Hints
-	// Status is the result's status ("ok", "timeout", ...), as audited.
+	// Status is the result's status ("ok", "timeout", ...); a dry run's is ok (its audit line
+	// says dry_run). Without a result: rate_limited, too_many_in_flight or store_error.
 	Status string
 }
 
-// Invoke runs the tool-runtime pipeline around one call or describe — rate limit, in-flight
-// bound, bind, broadcast, wait, single-use claim, cancel on timeout, audit line and metrics —
-// exactly as the signed API does. Cancelling ctx ends the wait like a deadline: the page gets
+// Invoke runs the tool-call pipeline (invoke: resolve, authorize, validate, rate limit, dry
+// run, in-flight bound, execute, audit) around one call or describe, exactly as the signed
+// API does. Cancelling ctx ends the wait like a deadline: the page gets
 // `cancel {id}` and the result is {"status":"timeout"}.
 func (b *Bridge) Invoke(ctx context.Context, app *config.App, inv Invocation) (Outcome, error) {
 	if inv.Kind != KindCall && inv.Kind != KindDescribe {
@@ -78,7 +87,8 @@ func (b *Bridge) Invoke(ctx context.Context, app *config.App, inv Invocation) (O
 		return Outcome{}, protoErr("tool_use_id must be at most 256 bytes")
 	}
 	req := &callRequest{UserID: inv.Key.User, ConversationID: inv.Key.Conversation, Tool: inv.Tool,
-		Input: json.RawMessage("null"), Rev: inv.Rev, ToolUseID: inv.ToolUseID, Timeout: inv.Timeout}
+		Input: json.RawMessage("null"), Rev: inv.Rev, ToolUseID: inv.ToolUseID, Timeout: inv.Timeout,
+		Surface: inv.Surface, Subject: inv.Subject, Access: inv.Access, DryRun: inv.DryRun && inv.Kind == KindCall}
 	if inv.Kind == KindCall && len(inv.Input) > 0 {
 		// One level is the call envelope's (the signed API's body bounds input the same way).
 		if err := CheckDepth(inv.Input, MaxDepth-1); err != nil {
@@ -94,42 +104,7 @@ func (b *Bridge) Invoke(ctx context.Context, app *config.App, inv Invocation) (O
 		req.Timeout = def
 	}
 	req.Timeout = min(req.Timeout, max)
-	return b.invoke(ctx, app, req, inv.Kind, inv.Surface)
-}
-
-// invoke is Invoke after validation; handleInvoke enters here with a decoded request.
-func (b *Bridge) invoke(ctx context.Context, app *config.App, req *callRequest, kind, surface string) (Outcome, error) {
-	if surface == "" {
-		surface = SurfaceAPI
-	}
-	key := ConvKey{App: app.ID, User: req.UserID, Conversation: req.ConversationID}
-	au := &callAudit{key: key, id: newCallID(), tool: req.Tool, kind: kind, surface: surface, start: b.now()}
-	rateKey := key.App + "\x00" + key.User + "\x00" + key.Conversation
-	if !b.callRate.Take(rateKey) {
-		au.status = "rate_limited"
-		b.auditCall(au)
-		return Outcome{ID: au.id, Status: au.status}, ErrRateLimited
-	}
-	if !b.flight.acquire(key) {
-		b.callRate.Refund(rateKey)
-		au.status = "too_many_in_flight"
-		b.auditCall(au)
-		return Outcome{ID: au.id, Status: au.status}, ErrTooManyInFlight
-	}
-	defer b.flight.release(key)
-	b.observeStart(au)
-	b.met.flight(app.ID, 1)
-	defer b.met.flight(app.ID, -1)
-	result, hints, err := b.execute(ctx, app, req, kind, req.Timeout, au)
-	if err != nil {
-		b.log.Error("toolmark store failed", slog.String("call_id", au.id), slog.String("error", err.Error()))
-		au.status = "store_error"
-		b.auditCall(au)
-		return Outcome{ID: au.id, Status: au.status}, errors.Join(ErrStore, err)
-	}
-	au.status = resultStatus(result)
-	b.auditCall(au)
-	return Outcome{ID: au.id, Result: result, Hints: hints, Status: au.status}, nil
+	return b.invoke(ctx, app, req, inv.Kind)
 }
 
 // newCallID returns a random (version 4) UUID in its canonical form, as uuid.NewString does,
@@ -172,9 +147,14 @@ func ValidLLMName(s string) bool { return validLLMName(s) }
 func AppTimeouts(app *config.App) (def, max time.Duration) { return appTimeouts(app) }
 
 // AuditRefusal writes the audit line and metrics of a call a surface refused before it reached
-// the pipeline (an MCP tools/call of a name the session never listed, or with no page
-// connected), so every surface's calls are counted alike.
-func (b *Bridge) AuditRefusal(key ConvKey, tool, kind, surface, status, reason string) {
-	b.auditCall(&callAudit{key: key, tool: tool, kind: kind, surface: surface, status: status,
-		reason: reason, start: b.now()})
+// the pipeline (an MCP tools/call of a name the session never listed, with no page connected,
+// or answered 403 for its scope), so every surface's calls are counted alike. input is the
+// call's arguments (only their keys are logged), subject the caller's token subject.
+func (b *Bridge) AuditRefusal(key ConvKey, tool, kind, surface, subject, status, reason string, input json.RawMessage) {
+	au := &callAudit{key: key, tool: tool, kind: kind, surface: surface, subject: subject, status: status,
+		reason: reason, start: b.now()}
+	if kind == KindCall {
+		au.input = input
+	}
+	b.auditCall(au)
 }

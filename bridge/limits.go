@@ -77,13 +77,16 @@ func (l Limits) withDefaults() Limits {
 // Not golang.org/x/time/rate: its only way back is Reservation.Cancel, which restores less
 // than the whole token once a later reservation was made (the refund would leak tokens
 // under exactly the concurrent load it must not), and ReserveN(-1) is not capped at burst.
-type limiter struct {
+//
+// K is the key type: a socket id or a composite string for page messages, the ConvKey itself for
+// calls (no key string built per call).
+type limiter[K comparable] struct {
 	rate  float64
 	burst float64
 	now   func() time.Time
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
+	buckets map[K]*bucket
 }
 
 type bucket struct {
@@ -91,12 +94,12 @@ type bucket struct {
 	last   time.Time
 }
 
-func newLimiter(rate float64, burst int, now func() time.Time) *limiter {
-	return &limiter{rate: rate, burst: float64(burst), now: now, buckets: map[string]*bucket{}}
+func newLimiter[K comparable](rate float64, burst int, now func() time.Time) *limiter[K] {
+	return &limiter[K]{rate: rate, burst: float64(burst), now: now, buckets: map[K]*bucket{}}
 }
 
 // Take consumes one token for key; false means over the limit (nothing consumed).
-func (l *limiter) Take(key string) bool {
+func (l *limiter[K]) Take(key K) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -117,7 +120,7 @@ func (l *limiter) Take(key string) bool {
 }
 
 // Refund returns a token taken for key.
-func (l *limiter) Refund(key string) {
+func (l *limiter[K]) Refund(key K) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if b := l.buckets[key]; b != nil {
@@ -127,7 +130,7 @@ func (l *limiter) Refund(key string) {
 
 // sweep drops buckets that have refilled completely: such a bucket is identical to a new one,
 // so memory stays bounded by the keys active within burst/rate seconds.
-func (l *limiter) sweep() {
+func (l *limiter[K]) sweep() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()

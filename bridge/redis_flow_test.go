@@ -42,7 +42,7 @@ func TestFlowsOnRedisStore(t *testing.T) {
 	if len(h.hooks.All()) != 1 {
 		t.Fatal("webhook not emitted once")
 	}
-	ch = h.startCall(context.Background(), "calls", `{"user_id":"u1","conversation_id":"c1","tool":"x","timeout_ms":5}`)
+	ch = h.startCall(context.Background(), "calls", `{"user_id":"u1","conversation_id":"c1","tool":"form.fill","timeout_ms":5}`)
 	if r := recv(t, ch); string(r.Result) != `{"status":"timeout"}` {
 		t.Fatalf("got %+v", r)
 	}

@@ -104,3 +104,47 @@ func TestPresenceLateJoinAfterReap(t *testing.T) {
 		t.Fatalf("the node owning the member is not listed for reaping: %v", err)
 	}
 }
+
+// TestPresenceLeaveDuringWipeAnnouncesGone: a leave that could not reach Redis while it
+// restarted empty is retried by the heartbeat; Redis no longer holds the membership, so
+// the user is announced gone (member_removed) unless another of their sockets is held.
+// Without it the other nodes' clients keep the member for good (seen in bench/chaos).
+func TestPresenceLeaveDuringWipeAnnouncesGone(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var gone []string
+	p := NewRedisPresence(rdb, RedisPresenceOptions{NodeID: "n1", OnGone: func(_, _, u string) { gone = append(gone, u) }})
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []struct{ sock, user string }{{"1.1", "u1"}, {"1.2", "u2"}, {"1.3", "u2"}} {
+		if _, err := p.Join(ctx, "app", "presence-r", j.sock, Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Redis goes away; u1 leaves, and so does one of u2's two sockets.
+	mr.Close()
+	for _, l := range []struct{ sock, user string }{{"1.1", "u1"}, {"1.2", "u2"}} {
+		if _, err := p.Leave(ctx, "app", "presence-r", l.sock, l.user); err == nil {
+			t.Fatal("leave succeeded with Redis down")
+		}
+	}
+	// It comes back empty; the heartbeat rejoins what the node holds (u2's other socket)
+	// and retries the leaves.
+	mr.FlushAll()
+	if err := mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(gone, []string{"u1"}) {
+		t.Fatalf("announced gone %q, want [u1] (u2 still has a socket)", gone)
+	}
+	ms, err := p.Members(ctx, "app", "presence-r")
+	if err != nil || len(ms) != 1 || ms[0].UserID != "u2" {
+		t.Fatalf("members %+v (%v), want u2 alone", ms, err)
+	}
+}

@@ -184,6 +184,10 @@ type Toolmark struct {
 	// X-Toolmark-Token the server sends on the page's channel as toolmark.session;
 	// "socket_id" accepts the socket id alone (weaker: the id leaks through headers and logs).
 	PageAuth string `mapstructure:"page_auth"`
+	// Validate is when a call's input is checked against its tool's input schema before the
+	// page sees it: "known" (default: when a describe of the page's current manifest was
+	// answered on this node), "describe_first" (describe the tool first when not), "off".
+	Validate string `mapstructure:"validate"`
 	// MCP serves the app's page tools at {server.path}/toolmark/mcp (needs Enabled too).
 	MCP ToolmarkMCP `mapstructure:"mcp"`
 }
@@ -205,6 +209,13 @@ type ToolmarkMCP struct {
 	// now without iat), in seconds (default 86400).
 	MaxTokenLifetimeS int `mapstructure:"max_token_lifetime_s"`
 }
+
+// Input validation modes (toolmark.validate).
+const (
+	ValidateKnown         = "known"
+	ValidateDescribeFirst = "describe_first"
+	ValidateOff           = "off"
+)
 
 // Page authentication modes (toolmark.page_auth).
 const (

@@ -101,6 +101,9 @@ func (a *App) applyDefaults() {
 	if a.Toolmark.PageAuth == "" {
 		a.Toolmark.PageAuth = PageAuthToken
 	}
+	if a.Toolmark.Validate == "" {
+		a.Toolmark.Validate = ValidateKnown
+	}
 	if a.AcceptClientEventsFrom == "" {
 		a.AcceptClientEventsFrom = ClientEventsMembers
 	}

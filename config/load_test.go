@@ -142,6 +142,25 @@ func TestLoadToolmarkMCP(t *testing.T) {
 	}
 }
 
+// TestLoadToolmarkValidate: toolmark.validate is read per app, "known" by default.
+func TestLoadToolmarkValidate(t *testing.T) {
+	clearEnv(t)
+	for _, tc := range []struct{ yaml, want string }{
+		{"    toolmark: {enabled: true}\n", ValidateKnown},
+		{"    toolmark: {enabled: true, validate: describe_first}\n", ValidateDescribeFirst},
+		{"    toolmark: {enabled: true, validate: \"off\"}\n", ValidateOff},
+		{"    toolmark:\n      validate: off\n", ValidateOff}, // YAML 1.1 would read a bare off as false
+	} {
+		c, err := Load(writeFile(t, minimal+tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Apps[0].Toolmark.Validate; got != tc.want {
+			t.Errorf("%q: validate %q, want %q", tc.yaml, got, tc.want)
+		}
+	}
+}
+
 func TestLoadRejectsUnknownKeys(t *testing.T) {
 	clearEnv(t)
 	tests := []struct{ yaml, want string }{

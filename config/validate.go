@@ -251,6 +251,11 @@ func (a *App) validate(v *validator, p string) {
 	default:
 		v.add(p+".toolmark.page_auth", "must be one of token, socket_id, got %q", t.PageAuth)
 	}
+	switch t.Validate {
+	case ValidateKnown, ValidateDescribeFirst, ValidateOff:
+	default:
+		v.add(p+".toolmark.validate", "must be one of known, describe_first, off, got %q", t.Validate)
+	}
 	a.validateMCP(v, p+".toolmark.mcp")
 
 	for j, w := range a.Webhooks {

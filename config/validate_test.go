@@ -30,6 +30,7 @@ func TestValidationErrors(t *testing.T) {
 		{"enum is case-sensitive", minimal + "    accept_client_events_from: Members\n", "apps[0].accept_client_events_from"},
 		{"origin glob in the middle", minimal + "    allowed_origins: [\"app-*.example.com\"]\n", "apps[0].allowed_origins[0]: origin pattern"},
 		{"bad page_auth", minimal + "    toolmark: {page_auth: none}\n", "apps[0].toolmark.page_auth: must be one of token, socket_id"},
+		{"bad validate", minimal + "    toolmark: {validate: always}\n", "apps[0].toolmark.validate: must be one of known, describe_first, off"},
 		{"public_url with a path", "server: {public_url: 'https://ws.example.com/x'}\n" + minimal, "server.public_url: must be an absolute http(s) URL without path"},
 		{"public_url without scheme", "server: {public_url: 'ws.example.com'}\n" + minimal, "server.public_url"},
 		{"trusted proxy not a CIDR", "server: {trusted_proxies: ['10.0.0.0/33']}\n" + minimal, "server.trusted_proxies[0]: must be an IP address or a CIDR"},

@@ -45,8 +45,10 @@ type Options struct {
 	// MaxPending caps requests whose body is not yet read to its end (and whose handler has
 	// not returned); requests over it are answered 503.
 	MaxPending int
-	// MaxPendingPerClient is one client's share of MaxPending (default MaxPending/16, at
-	// least 1), so one client with slow bodies cannot hold the others at 503.
+	// MaxPendingPerClient is one client's share of MaxPending (default MaxPending/4, at
+	// least 1), so one client with slow bodies cannot hold the others at 503. A quarter, not
+	// less: a load generator or a Laravel app behind one address may have many bodies in
+	// flight while their handlers' cheap checks (a Redis lookup) run.
 	MaxPendingPerClient int
 	// BodyTimeout is how long a client may take to send a request body.
 	BodyTimeout time.Duration
@@ -74,7 +76,7 @@ func Wrap(next http.Handler, o Options) *Guard {
 		o.MaxPending = DefaultMaxPending
 	}
 	if o.MaxPendingPerClient <= 0 {
-		o.MaxPendingPerClient = max(1, o.MaxPending/16)
+		o.MaxPendingPerClient = max(1, o.MaxPending/4)
 	}
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = DefaultBodyTimeout

@@ -6,7 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,12 +17,12 @@ import (
 // so with more of them open than MaxPending a POST still gets through.
 func TestBodilessRequestsHoldNoSlot(t *testing.T) {
 	release := make(chan struct{})
-	var streaming sync.WaitGroup
+	var streaming atomic.Int32
 	ts, g := server(t, Options{MaxPending: 4, MaxPendingPerClient: 4}, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
 			w.WriteHeader(200)
 			http.NewResponseController(w).Flush()
-			streaming.Done()
+			streaming.Add(1)
 			<-release
 			return
 		}
@@ -30,7 +30,6 @@ func TestBodilessRequestsHoldNoSlot(t *testing.T) {
 	})
 	defer close(release)
 	const streams = 10
-	streaming.Add(streams)
 	for range streams {
 		c, err := net.Dial("tcp", ts.Listener.Addr().String())
 		if err != nil {
@@ -39,7 +38,7 @@ func TestBodilessRequestsHoldNoSlot(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		fmt.Fprintf(c, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
 	}
-	streaming.Wait()
+	testutil.WaitFor(t, "every stream open", func() bool { return streaming.Load() == streams })
 	if n := g.Pending(); n != 0 {
 		t.Fatalf("%d slots held by %d open GET streams", n, streams)
 	}

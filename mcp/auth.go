@@ -241,6 +241,9 @@ func (v *verifier) verify(ctx context.Context, token, resource string) (*grant, 
 	case !bridge.ValidChannelPart(c.ConversationID):
 		return nil, errors.New("conversation_id must be a string of 1-128 characters from [-a-zA-Z0-9_=@,;]")
 	}
+	if _, err := accessOf(&c); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

@@ -82,7 +82,7 @@ func TestFlow(t *testing.T) {
 	if string(mustJSON(res.StructuredContent)) != text {
 		t.Fatalf("text %s vs structured %s", text, mustJSON(res.StructuredContent))
 	}
-	if !strings.Contains(h.logs.String(), `"kind":"call","surface":"mcp","status":"ok"`) {
+	if !strings.Contains(h.logs.String(), `"kind":"call","surface":"mcp","subject":"u1","status":"ok"`) {
 		t.Fatalf("no mcp audit line:\n%s", h.logs.String())
 	}
 
@@ -113,7 +113,19 @@ func TestFlow(t *testing.T) {
 		}
 		return standardPage(m)
 	})
+	// notes.create left the manifest: the bridge's resolve step refuses it with the current
+	// rev, without a page round trip.
+	before := len(h.page.messages(bridge.TypeCall))
 	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__create"})
+	if text := res.Content[0].(*sdk.TextContent).Text; err != nil || !res.IsError || !strings.Contains(text, `"code":"unknown_tool"`) ||
+		!strings.Contains(text, `"rev":2`) {
+		t.Fatalf("call of a tool gone from the manifest: %v %s", err, mustJSON(res))
+	}
+	if n := len(h.page.messages(bridge.TypeCall)); n != before {
+		t.Fatalf("the page got the call of a tool it no longer has (%d calls, had %d)", n, before)
+	}
+	// A tool still in the manifest, called with the old listing's rev: the page refuses it.
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "inbox__read"})
 	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*sdk.TextContent).Text, `"code":"stale"`) {
 		t.Fatalf("stale call: %v %s", err, mustJSON(res))
 	}

@@ -36,7 +36,8 @@ func (s *Server) listTools(ctx context.Context, g *grant, se *session) (*sdk.Lis
 	for name, sch := range fresh {
 		schemas[name] = sch
 	}
-	l := mapManifest(m, schemas)
+	access := g.access()
+	l := mapManifest(m, schemas, &access)
 	s.mu.Lock()
 	se.listed = l
 	if se.knownClient != l.clientID || se.knownRev < l.rev {
@@ -58,7 +59,8 @@ var privateList = sdk.Cacheable{TTLMs: 0, CacheScope: "private"}
 // returns the schemas of the describes that succeeded (failed ones are not cached and map to
 // {"type":"object"}).
 func (s *Server) describeAll(ctx context.Context, g *grant, m *bridge.Manifest, cached map[string]json.RawMessage) map[string]json.RawMessage {
-	todo := mapManifest(m, nil)
+	access := g.access()
+	todo := mapManifest(m, nil, &access)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	out := map[string]json.RawMessage{}
@@ -76,7 +78,7 @@ func (s *Server) describeAll(ctx context.Context, g *grant, m *bridge.Manifest, 
 		go func(name string) {
 			defer wg.Done()
 			res, err := s.br.Invoke(ctx, g.app, bridge.Invocation{Key: g.key, Kind: bridge.KindDescribe, Tool: name,
-				Timeout: timeout, Surface: bridge.SurfaceMCP})
+				Timeout: timeout, Surface: bridge.SurfaceMCP, Subject: g.subject(), Access: access})
 			if err != nil {
 				return
 			}
@@ -102,7 +104,7 @@ func (s *Server) callTool(ctx context.Context, g *grant, se *session, p *sdk.Cal
 		return errorToolResult(bridge.ErrStore.Error()), nil
 	}
 	if m == nil {
-		s.br.AuditRefusal(g.key, auditName(p.Name), bridge.KindCall, bridge.SurfaceMCP, bridge.StatusError, "no_page")
+		s.br.AuditRefusal(g.key, auditName(p.Name), bridge.KindCall, bridge.SurfaceMCP, g.subject(), bridge.StatusError, "no_page", p.Arguments)
 		return errorToolResult("No page is connected"), nil
 	}
 	s.mu.Lock()
@@ -111,11 +113,12 @@ func (s *Server) callTool(ctx context.Context, g *grant, se *session, p *sdk.Cal
 	if l == nil || (g.follow && l.clientID != m.ClientID) {
 		// Never listed, or the page was replaced since (a reload, or a following session's
 		// user moved to another page): resolve against the current manifest.
-		l = mapManifest(m, nil)
+		access := g.access()
+		l = mapManifest(m, nil, &access)
 	}
 	lt := l.byName[p.Name]
 	if lt == nil {
-		s.br.AuditRefusal(g.key, auditName(p.Name), bridge.KindCall, bridge.SurfaceMCP, bridge.StatusRefused, "unknown_tool")
+		s.br.AuditRefusal(g.key, auditName(p.Name), bridge.KindCall, bridge.SurfaceMCP, g.subject(), bridge.StatusRefused, "unknown_tool", p.Arguments)
 		return unknownToolResult(p.Name), nil
 	}
 	input := p.Arguments
@@ -124,7 +127,8 @@ func (s *Server) callTool(ctx context.Context, g *grant, se *session, p *sdk.Cal
 	}
 	rev := l.rev
 	out, err := s.br.Invoke(ctx, g.app, bridge.Invocation{Key: g.key, Kind: bridge.KindCall, Tool: lt.name,
-		Input: input, Rev: &rev, ToolUseID: toolUseID(se.id, h), Surface: bridge.SurfaceMCP})
+		Input: input, Rev: &rev, ToolUseID: toolUseID(se.id, h), Surface: bridge.SurfaceMCP,
+		Subject: g.subject(), Access: g.access(), DryRun: dryRun(p.Meta)})
 	if err != nil {
 		var pe *bridge.ProtocolError
 		switch {

@@ -264,6 +264,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, "Body over the size limit")
 			return
 		}
+		if s.refuseScope(w, r, g, body) {
+			return
+		}
 		var id string
 		if method, id, ok = singleRequest(body); ok {
 			switch method {

@@ -24,6 +24,7 @@ type listedTool struct {
 	name      string // the manifest entry's full name, what the page is called with
 	untrusted bool
 	tool      *sdk.Tool
+	entry     bridge.Tool // the manifest entry (hints for authorization)
 }
 
 // listing is the tool set a session last listed: tools/call resolves names against it, and the
@@ -41,15 +42,16 @@ var objectSchema = json.RawMessage(`{"type":"object"}`)
 
 // mapManifest applies the MCP tool mapping to a manifest. schemas holds described input
 // schemas by full tool name; a missing one is {"type":"object"}. Entries whose llmName is not
-// a valid LLM tool name or is shared by two entries are left out: never listed, never callable.
-func mapManifest(m *bridge.Manifest, schemas map[string]json.RawMessage) *listing {
+// a valid LLM tool name or is shared by two entries are left out: never listed, never callable;
+// so are the entries access denies (the token's scope and toolmark_tools).
+func mapManifest(m *bridge.Manifest, schemas map[string]json.RawMessage, access *bridge.Access) *listing {
 	l := &listing{clientID: m.ClientID, rev: m.Rev, byName: map[string]*listedTool{}}
 	uses := map[string]int{}
 	for _, t := range m.Tools {
 		uses[t.LLMName]++
 	}
 	for _, t := range m.Tools {
-		if !bridge.ValidLLMName(t.LLMName) || uses[t.LLMName] != 1 {
+		if !bridge.ValidLLMName(t.LLMName) || uses[t.LLMName] != 1 || access.Check(&t) != bridge.Allowed {
 			continue
 		}
 		lt := mapTool(t, schemas[t.Name])
@@ -95,7 +97,7 @@ func mapTool(t bridge.Tool, schema json.RawMessage) *listedTool {
 	if untrusted {
 		tool.Meta = sdk.Meta{UntrustedMetaKey: true}
 	}
-	return &listedTool{name: t.Name, untrusted: untrusted, tool: tool}
+	return &listedTool{name: t.Name, untrusted: untrusted, tool: tool, entry: t}
 }
 
 // describedSchema extracts the input schema from a describe's ToolResult: an ok result whose

@@ -24,7 +24,7 @@ func TestMapManifest(t *testing.T) {
 		{Name: "empty.title", LLMName: "empty_title", Title: ptr(""), Description: ""},
 	}}
 	schemas := map[string]json.RawMessage{"notes.create": json.RawMessage(`{"properties":{"title":{"type":"string"}},"type":"object"}`)}
-	l := mapManifest(m, schemas)
+	l := mapManifest(m, schemas, nil)
 	if l.clientID != "p1" || l.rev != 4 {
 		t.Fatalf("listing %s/%d", l.clientID, l.rev)
 	}

@@ -8,12 +8,14 @@ import (
 
 // acceptDeflateOffer reports whether one Sec-WebSocket-Extensions header value offers
 // permessage-deflate in a form this server accepts (RFC 7692 §5, §7.1): the first offer
-// whose parameters are all known, not repeated and valid, and that does not ask the
-// server for a window smaller than the 32 KiB its compressor uses (server_max_window_bits
-// below 15). The server always answers with ExtensionResponse: no context takeover either
-// way, which is legal for every offer (§7.1.1), and without client_max_window_bits, so
-// the client compresses with whatever window it likes (the inflater reads any window up
-// to 32 KiB). A value that does not parse ends the search: nothing is accepted from it.
+// whose parameters are all known, not repeated and valid, and without
+// server_max_window_bits: the server always answers with ExtensionResponse, and accepting
+// that parameter would mean echoing it (§7.1.2.1), so such an offer is declined (browsers
+// never send it; a client that does usually offers a plain fallback after it). The answer
+// asks for no context takeover either way, which is legal for every offer (§7.1.1), and
+// omits client_max_window_bits, so the client compresses with whatever window it likes (the
+// inflater reads any window up to 32 KiB). A value that does not parse ends the search:
+// nothing is accepted from it.
 func acceptDeflateOffer(v []byte) bool {
 	for len(v) > 0 {
 		var name []byte
@@ -85,8 +87,7 @@ func deflateParam(name, value []byte, hasValue bool) (bit uint8, ok bool) {
 	case asciiEqualFold(name, "client_no_context_takeover"):
 		return 2, !hasValue
 	case asciiEqualFold(name, "server_max_window_bits"):
-		// The compressor's window is 32 KiB: only 15 can be honoured.
-		return 4, hasValue && windowBits(value) == 15
+		return 4, false // declined: see acceptDeflateOffer
 	case asciiEqualFold(name, "client_max_window_bits"):
 		return 8, !hasValue || windowBits(value) != 0
 	}

@@ -55,13 +55,13 @@ func TestAcceptDeflateOffer(t *testing.T) {
 		{"permessage-deflate; client_max_window_bits=10", true},
 		{`permessage-deflate; client_max_window_bits="12"`, true},
 		{"permessage-deflate; server_no_context_takeover; client_no_context_takeover", true},
-		{"permessage-deflate; server_max_window_bits=15", true},
+		{"permessage-deflate; server_max_window_bits=15", false}, // would have to be echoed
 		{"permessage-deflate ; client_no_context_takeover ", true},
 		{"x-webkit-deflate-frame, permessage-deflate", true},
 		{"foo; bar=1, permessage-deflate; client_max_window_bits", true},
-		{"permessage-deflate; server_max_window_bits=10", false},                    // a smaller window than ours
+		{"permessage-deflate; server_max_window_bits=10", false},
 		{"permessage-deflate; server_max_window_bits=10, permessage-deflate", true}, // the fallback offer
-		{"permessage-deflate; server_max_window_bits", false},                       // needs a value
+		{"permessage-deflate; server_max_window_bits", false},
 		{"permessage-deflate; client_max_window_bits=7", false},
 		{"permessage-deflate; client_max_window_bits=16", false},
 		{"permessage-deflate; client_max_window_bits=010", false},

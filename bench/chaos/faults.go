@@ -115,6 +115,7 @@ func (s *chaos) restartRedis(ctx context.Context) error {
 	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
+	s.t.wiped(time.Now())
 	sleepCtx(ctx, 2*time.Second) // an outage the nodes notice
 	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
 		"--daemonize", "yes", "--dir", s.redisDir, "--pidfile", s.redisDir+"/standalone.pid", "--logfile", s.redisDir+"/standalone.log")
@@ -346,7 +347,7 @@ func (s *chaos) finish(ctx context.Context) bool {
 	}
 	fmt.Fprintf(s.log, "\njoins %d (errors %d), publishes %d (errors %d), client events %d\n", s.stats.joins.Load(), s.stats.joinErrors.Load(),
 		s.stats.pubs.Load(), s.stats.pubErrors.Load(), s.stats.clientEvents.Load())
-	fmt.Fprintf(s.log, "bridge calls: %d ok, %d failed, %d excused (an outage or the page's own reload)\n", s.bridge.ok.Load(), s.bridge.failed.Load(), s.bridge.excused.Load())
+	fmt.Fprintf(s.log, "bridge calls: %d ok, %d failed, %d excused (an outage or the page's own reload), %d to a page whose manifest a Redis wipe took\n", s.bridge.ok.Load(), s.bridge.failed.Load(), s.bridge.excused.Load(), s.bridge.wiped.Load())
 	if s.bridge.failed.Load() > 0 {
 		ok = false
 	}

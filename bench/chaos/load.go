@@ -25,6 +25,18 @@ type truth struct {
 	fanSubs map[string]int            // channel -> subscribers
 	joins   []join                    // every join that succeeded, for the webhook check
 	windows []window                  // outages: events published in them may be lost
+	wipes   []time.Time               // when Redis restarted empty
+}
+
+func (t *truth) wiped(at time.Time) { t.mu.Lock(); t.wipes = append(t.wipes, at); t.mu.Unlock() }
+
+func (t *truth) lastWipe() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.wipes) == 0 {
+		return time.Time{}
+	}
+	return t.wipes[len(t.wipes)-1]
 }
 
 type join struct {

@@ -99,12 +99,12 @@ describe('call round trip', () => {
     assert.deepEqual((await pending).body, { id: call.id, result: invalid, hints: { readOnly: true } });
   });
 
-  test('a tool missing from the manifest is still called, with empty hints; an oversized call fails at once', async (t) => {
+  test('a tool missing from the manifest is refused unknown_tool at once (with the current rev), never broadcast; an oversized call fails at once', async (t) => {
     const { page, conv } = await setup(t);
-    const pending = tm.call(callBody(conv, { tool: 'not.in.manifest' }));
-    const call = await page.next({ type: 'call' });
-    assert.equal((await page.result(call.id, { status: 'error', message: 'Unknown tool' })).status, 204);
-    assert.deepEqual((await pending).body, { id: call.id, result: { status: 'error', message: 'Unknown tool' }, hints: {} });
+    const unknown = await tm.call(callBody(conv, { tool: 'not.in.manifest' }));
+    assert.equal(unknown.status, 200, unknown.text);
+    assert.deepEqual(unknown.body.result, { status: 'refused', code: 'unknown_tool', message: 'Unknown tool: not.in.manifest', rev: 1 });
+    assert.deepEqual(unknown.body.hints, {});
     // The app's max_message_size (default 10000) bounds the broadcast: an error result, not a timeout.
     const started = Date.now();
     const big = await tm.call(callBody(conv, { input: 'x'.repeat(11000) }));
@@ -113,7 +113,7 @@ describe('call round trip', () => {
     assert.match(big.body.result.message, /max_message_size/);
     assert.deepEqual(big.body.hints, { consequential: true });
     await quiet();
-    assert.equal(page.messages().filter((m) => m.type === 'call').length, 1, 'the oversized call is not broadcast');
+    assert.equal(page.messages().filter((m) => m.type === 'call').length, 0, 'neither the unknown nor the oversized call is broadcast');
   });
 
   test('GET manifest returns only the known fields; unknown conversation → 404', async (t) => {

@@ -141,7 +141,9 @@ describe('tools/list', () => {
 
 describe('tools/call', () => {
   test('the page gets the full name, the arguments and the listed rev; the result maps to content and structuredContent', async (t) => {
-    const { page, conv } = await setup(t, { rev: 4 });
+    // notes.list takes no arguments (its schema requires none, so {} passes validation).
+    const { page, conv } = await setup(t, { rev: 4,
+      answer: (m) => (m.type === 'describe' && m.tool === 'notes.list' ? { status: 'ok', data: { inputSchema: { type: 'object' } } } : standard(m)) });
     const { client: c } = await client(t, conv);
     await c.listTools();
     const res = await c.callTool({ name: 'notes__create', arguments: { title: 'Hi' } });
@@ -201,7 +203,7 @@ describe('tools/call', () => {
 });
 
 describe('manifest changes', () => {
-  test('a new manifest sends list_changed; a tool listed before still reaches the page with the old rev (refused stale)', async (t) => {
+  test('a new manifest sends list_changed; a tool listed before still reaches the page with the old rev (refused stale), one gone from the manifest is refused unknown_tool by the server', async (t) => {
     let changed = 0;
     const { page, conv } = await setup(t, {
       answer: (m, p) => (m.type === 'call' && m.rev !== p.currentRev
@@ -214,17 +216,22 @@ describe('manifest changes', () => {
     page.currentRev = 2;
     assert.equal((await page.manifest(2, TOOLS.slice(1))).status, 204);
     await until(() => changed === 1, 'notifications/tools/list_changed');
-    const stale = await c.callTool({ name: 'notes__create', arguments: { title: 'x' } });
+    const stale = await c.callTool({ name: 'notes__list', arguments: { title: 'x' } });
     const call = types(page, 'call').at(-1);
-    assert.equal(call.tool, 'notes.create');
+    assert.equal(call.tool, 'notes.list');
     assert.equal(call.rev, 1, 'the rev this session listed');
     assert.equal(stale.isError, true);
     assert.deepEqual(stale.structuredContent, { status: 'refused', code: 'stale', message: 'Stale', rev: 2 });
+    // notes.create left the manifest: the bridge's resolve step refuses it, the page hears nothing.
+    const calls = types(page, 'call').length;
+    const left = await c.callTool({ name: 'notes__create', arguments: { title: 'x' } });
+    assert.deepEqual(left.structuredContent, { status: 'refused', code: 'unknown_tool', message: 'Unknown tool: notes.create', rev: 2 });
+    assert.equal(types(page, 'call').length, calls);
     const { tools } = await c.listTools();
     assert.deepEqual(tools.map((x) => x.name), ['notes__list', 'inbox__read']);
     const gone = await c.callTool({ name: 'notes__create', arguments: {} });
     assert.equal(gone.structuredContent.code, 'unknown_tool', 'after the new list, the name is resolved against it');
-    const fresh = await c.callTool({ name: 'notes__list', arguments: {} });
+    const fresh = await c.callTool({ name: 'notes__list', arguments: { title: 'x' } });
     assert.equal(fresh.isError, undefined);
     assert.equal(types(page, 'call').at(-1).rev, 2);
     // Re-posting the same manifest is no change; a `changed` with a higher rev is.

@@ -1,0 +1,123 @@
+package bridge
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const noteSchema = `{"type":"object","properties":{"title":{"type":"string","minLength":2},
+"tags":{"type":"array","items":{"type":"string"}},"pair":{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}]},
+"meta":{"$ref":"#/$defs/meta"},"a/b":{"type":"boolean"}},
+"required":["title"],"additionalProperties":false,
+"$defs":{"meta":{"type":"object","properties":{"n":{"type":"integer"}}}}}`
+
+// TestSchemaIssues: the first failing keyword becomes one issue whose path points into the
+// input (JSON Pointer), as the page's own invalid results do.
+func TestSchemaIssues(t *testing.T) {
+	s := compileSchema(json.RawMessage(noteSchema))
+	if s.rs == nil {
+		t.Fatal("schema not compiled")
+	}
+	for _, tc := range []struct {
+		input, path, message string // message: a substring; path "-" = valid
+	}{
+		{`{"title":"Hi"}`, "-", ""},
+		{`{"title":"Hi","tags":["a"],"pair":[1,"x"],"meta":{"n":2},"a/b":true}`, "-", ""},
+		{`{"title":3}`, "/title", "type"},
+		{`{"title":"x"}`, "/title", "minLength"},
+		{`{}`, "/title", "required"},
+		{`{"title":"Hi","zz":1}`, "/zz", "additional"},
+		{`{"title":"Hi","tags":["a",2]}`, "/tags", "type"}, // the library does not name the item
+		{`{"title":"Hi","pair":[1,2]}`, "/pair/1", "type"},
+		{`{"title":"Hi","meta":{"n":"q"}}`, "/meta/n", "type"},
+		{`{"title":"Hi","a/b":1}`, "/a~1b", "type"},
+		{`null`, "", "type"},
+		{`[1]`, "", "type"},
+	} {
+		issues := s.validate(json.RawMessage(tc.input))
+		if tc.path == "-" {
+			if issues != nil {
+				t.Errorf("%s: %+v, want valid", tc.input, issues)
+			}
+			continue
+		}
+		if len(issues) != 1 || issues[0].Path != tc.path || !strings.Contains(issues[0].Message, tc.message) {
+			t.Errorf("%s: %+v, want path %q and a message with %q", tc.input, issues, tc.path, tc.message)
+		}
+	}
+}
+
+// TestSchemaNotValidated: schemas the server will not validate with compile to "described,
+// not validated" (rs nil), quickly: a recursive $ref would otherwise never return (the library
+// recurses without end on it) and an exponential unfolding would burn a core.
+func TestSchemaNotValidated(t *testing.T) {
+	chain := `{"$defs":{` // d0 → d1 twice → ... : 2^20 unfolded nodes
+	for i := 0; i < 20; i++ {
+		chain += `"d` + strconv.Itoa(i) + `":{"allOf":[{"$ref":"#/$defs/d` + strconv.Itoa(i+1) + `"},{"$ref":"#/$defs/d` + strconv.Itoa(i+1) + `"}]},`
+	}
+	chain += `"d20":{"type":"string"}},"$ref":"#/$defs/d0"}`
+	for _, tc := range []struct{ name, schema string }{
+		{"self reference", `{"$ref":"#"}`},
+		{"reference cycle", `{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`},
+		{"recursion through properties", `{"type":"object","properties":{"child":{"$ref":"#"}}}`},
+		{"exponential unfolding", chain},
+		{"remote reference", `{"type":"object","properties":{"x":{"$ref":"https://example.com/s.json"}}}`},
+		{"anchor reference", `{"$defs":{"a":{"$anchor":"x","type":"string"}},"$ref":"#x"}`},
+		{"nested $id", `{"properties":{"x":{"$id":"https://example.com/x","type":"string"}}}`},
+		{"dynamic reference", `{"$dynamicRef":"#meta"}`},
+		{"draft 4", `{"$schema":"http://json-schema.org/draft-04/schema#","type":"object"}`},
+		{"not an object", `true`},
+		{"not JSON schema", `{"type":12}`},
+		{"too large", `{"description":"` + strings.Repeat("x", maxSchemaBytes) + `"}`},
+	} {
+		start := time.Now()
+		s := compileSchema(json.RawMessage(tc.schema))
+		if s == nil || s.rs != nil {
+			t.Errorf("%s: compiled for validation", tc.name)
+		}
+		if issues := s.validate(json.RawMessage(`{"child":{"child":{}}}`)); issues != nil {
+			t.Errorf("%s: validated: %+v", tc.name, issues)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s: took %v", tc.name, d)
+		}
+	}
+}
+
+// TestSchemaCache: entries are per manifest (clientId, rev); a newer rev replaces the
+// conversation's entry, a late describe of an older rev does not; bounded per conversation.
+func TestSchemaCache(t *testing.T) {
+	c := newSchemaCache()
+	k := ConvKey{App: "a", User: "u", Conversation: "c"}
+	s1, s2 := &inputSchema{}, &inputSchema{}
+	c.put(k, "p1", 1, "t", s1, 10)
+	if got, ok := c.get(k, "p1", 1, "t"); !ok || got != s1 {
+		t.Fatal("not cached")
+	}
+	for _, miss := range []struct {
+		client string
+		rev    int64
+		tool   string
+	}{{"p1", 2, "t"}, {"p2", 1, "t"}, {"p1", 1, "u"}} {
+		if _, ok := c.get(k, miss.client, miss.rev, miss.tool); ok {
+			t.Fatalf("hit for %+v", miss)
+		}
+	}
+	c.put(k, "p1", 2, "t", s2, 10)
+	c.put(k, "p1", 1, "t", s1, 10) // late, older rev
+	if got, ok := c.get(k, "p1", 2, "t"); !ok || got != s2 {
+		t.Fatal("newer rev lost")
+	}
+	if _, ok := c.get(k, "p1", 1, "t"); ok || c.bytes != 10 {
+		t.Fatalf("older rev kept; %d bytes", c.bytes)
+	}
+	for i := 0; i < MaxTools+10; i++ {
+		c.put(k, "p1", 2, "t"+strconv.Itoa(i), s2, 1)
+	}
+	if n := len(c.convs[k].tools); n != MaxTools {
+		t.Fatalf("%d tools cached, want at most %d", n, MaxTools)
+	}
+}

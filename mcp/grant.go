@@ -1,0 +1,48 @@
+package mcp
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/reverbgo/reverbgo/bridge"
+)
+
+// accessOf is what a token's claims allow: `scope` (space separated, OAuth's; toolmark:read =
+// only readOnly tools, toolmark:write = all, other scopes ignored) and `toolmark_tools`
+// (tool-name globs, an array or a string; each entry may hold several separated by spaces).
+// An absent or empty claim restricts nothing, so tokens issued before scopes existed keep
+// every tool. An error (a glob that is not ^[A-Za-z0-9_.*-]{1,128}$, too many) makes the token
+// invalid (401).
+func accessOf(c *Claims) (bridge.Access, error) {
+	var tools []string
+	if c.ToolmarkTools != nil {
+		tools = []string{}
+		for _, entry := range c.ToolmarkTools {
+			tools = append(tools, strings.Fields(entry)...)
+		}
+	}
+	a, err := bridge.ParseScope(c.Scope, c.Scope != "", tools)
+	if err != nil {
+		return bridge.Access{}, errors.New("toolmark_tools: " + err.Error())
+	}
+	return a, nil
+}
+
+// denyAll is what a grant whose claims do not parse allows (never reached: verify refuses
+// such tokens; this keeps access fail-closed if that check were lost).
+var denyAll, _ = bridge.NewAccess([]string{}, []string{}, false)
+
+// access is what the grant's token allows (the zero Access, everything, without claims).
+func (g *grant) access() bridge.Access {
+	if g.claims == nil {
+		return bridge.Access{}
+	}
+	a, err := accessOf(g.claims)
+	if err != nil {
+		return denyAll
+	}
+	return a
+}
+
+// subject is the token's sub, for the audit line.
+func (g *grant) subject() string { return g.key.User }
