@@ -221,8 +221,13 @@ func (p *RedisPresence) rejoinEntry(ctx context.Context, e string, m Member) err
 	return nil
 }
 
+// leaveScript answers 1 for the user's last socket in the channel, 0 for another one, and -1
+// when Redis does not hold the membership at all (it lost it: a restart or a failover).
 var leaveScript = redis.NewScript(`
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
+  redis.call('SREM', KEYS[4], ARGV[3])
+  return -1
+end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[4], ARGV[3])
 if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
@@ -254,10 +259,15 @@ func (p *RedisPresence) opDone() {
 }
 
 func (p *RedisPresence) leave(ctx context.Context, e string) (bool, error) {
-	app, ch, socket, user, _ := splitEntry(e)
-	n, err := leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
-		socket, user, e).Int()
+	n, err := p.leaveN(ctx, e)
 	return n == 1, err
+}
+
+// leaveN runs the leave script for entry e and returns its answer (1, 0 or -1, see there).
+func (p *RedisPresence) leaveN(ctx context.Context, e string) (int, error) {
+	app, ch, socket, user, _ := splitEntry(e)
+	return leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+		socket, user, e).Int()
 }
 
 // Members implements PresenceStore.

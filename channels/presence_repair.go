@@ -169,45 +169,33 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 	return p.nodes.resync(ctx, p.nodes.snapshot(), p)
 }
 
-// retryLeaveScript is leaveScript for a leave that failed (KEYS and ARGV alike), whose
-// member_removed nobody announced: the user is reported gone when no socket of it is left in
-// the channel afterwards, whether this leave removed the last one or Redis no longer had the
-// membership (the failed attempt did reach Redis, or Redis restarted empty meanwhile).
-var retryLeaveScript = redis.NewScript(`
-if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
-    redis.call('HDEL', KEYS[3], ARGV[2])
-    redis.call('HDEL', KEYS[1], ARGV[2])
-  end
-end
-redis.call('SREM', KEYS[4], ARGV[3])
-if redis.call('HEXISTS', KEYS[3], ARGV[2]) == 0 then return 1 end
-return 0`)
-
-// retryLeave runs retryLeaveScript for entry e; gone reports that the user has no socket
-// left in the channel.
-func (p *RedisPresence) retryLeave(ctx context.Context, e string) (gone bool, err error) {
-	app, ch, socket, user, _ := splitEntry(e)
-	n, err := retryLeaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
-		socket, user, e).Int()
-	return n == 1, err
-}
-
 func (p *RedisPresence) retryLeaves(ctx context.Context) error {
 	p.mu.Lock()
 	pending := p.pending
 	p.pending = nil
 	p.mu.Unlock()
 	for i, e := range pending {
-		last, err := p.retryLeave(ctx, e)
+		n, err := p.leaveN(ctx, e)
+		if err == nil && n < 0 {
+			// Redis lost the membership while the leave could not reach it (it restarted
+			// empty, or a failover dropped the write): the other nodes' clients still hold
+			// the member, so it leaves unless another socket of the user has joined since
+			// (or been joined again by its node's rejoin). A member announced gone here
+			// whose other node rejoins later is announced back by that node (OnBack).
+			app, ch, _, user, _ := splitEntry(e)
+			var held bool
+			held, err = p.rdb.HExists(ctx, p.users(app, ch), user).Result()
+			if err == nil && !held {
+				n = 1
+			}
+		}
 		if err != nil {
 			p.mu.Lock()
 			p.pending = append(p.pending, pending[i:]...)
 			p.mu.Unlock()
 			return err
 		}
-		if last && p.onGone != nil {
+		if n == 1 && p.onGone != nil {
 			app, ch, _, user, _ := splitEntry(e)
 			p.onGone(app, ch, user)
 		}
