@@ -94,6 +94,13 @@ func TestPresenceReconcileAfterRedisTrouble(t *testing.T) {
 				b.ts.subscribePresence(joiner, room, `{"user_id":"u-new","user_info":{"name":"N"}}`)
 				testutil.WaitFor(t, "A drops both member events", func() bool { return a.dropped.Load() >= 2 })
 				ca.expectNone("", room)
+				// Stay cut until A's loop (one look every 200 ms) has seen the trouble: on a
+				// loaded machine the cut could otherwise end between two looks.
+				testutil.WaitFor(t, "A's reconcile loop sees the trouble", func() bool {
+					a.ts.s.reconcile.mu.Lock()
+					defer a.ts.s.reconcile.mu.Unlock()
+					return a.ts.s.reconcile.troubled
+				})
 				a.lost.Store(false)
 
 				if !tc.on {
