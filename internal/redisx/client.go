@@ -1,0 +1,288 @@
+// Package redisx is the node's one Redis layer: it owns the client and its topology
+// (standalone, Sentinel or Cluster, decided once when the client is built) and the pub/sub
+// loop (Sub) that every subscriber of the node uses: the broker in both routings and the
+// bridge's feeds. What a node is subscribed to is kept by each Sub's owner, never here: after
+// anything that may have changed what Redis delivers (a reconnect, a server-sent
+// unsubscribe, a Sentinel switch, a probe that did not come back, an error half way through
+// a batch) a Sub opens a fresh subscription from its owner's set and confirms it.
+package redisx
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Topology is the shape of the Redis a node talks to.
+type Topology uint8
+
+// Topologies.
+const (
+	Standalone Topology = iota
+	Sentinel
+	Cluster
+)
+
+// String names the topology for logs.
+func (t Topology) String() string {
+	switch t {
+	case Sentinel:
+		return "sentinel"
+	case Cluster:
+		return "cluster"
+	}
+	return "standalone"
+}
+
+// Causes of a resubscription, the label of reverbgo_cluster_resubscribes_total.
+const (
+	CauseFailover   = "failover"   // Sentinel named a new master
+	CauseResharding = "resharding" // Redis unsubscribed us (Cluster: a slot moved or its master changed)
+	CauseReconnect  = "reconnect"  // the subscription connection failed
+	CauseStall      = "stall"      // a subscribe batch failed or timed out half way
+	CauseProbe      = "probe"      // a probe published through the normal path did not come back
+)
+
+// Causes lists every cause (metrics export each, zero included).
+var Causes = []string{CauseFailover, CauseResharding, CauseReconnect, CauseStall, CauseProbe}
+
+// Client is a go-redis client with the topology it was built for.
+type Client struct {
+	redis.UniversalClient
+	topo Topology
+	log  *slog.Logger
+
+	// Sentinel: the sentinels to watch for +switch-master of master.
+	sentinels []string
+	master    string
+	password  string
+
+	mu       sync.Mutex
+	switches []func()
+	watching bool
+	subs     map[*Sub]struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	resubscribes [5]atomic.Uint64 // by index in Causes
+}
+
+// SentinelOptions name the sentinels a Sentinel topology's client follows.
+type SentinelOptions struct {
+	Addrs      []string
+	MasterName string
+	Password   string // of the sentinels (the data password is the client's)
+}
+
+// New wraps rdb. The topology is the client's type (a ClusterClient is Cluster), or
+// Sentinel when sentinel is non-nil: the Client then watches the sentinels itself so that
+// its Subs move to a new master the moment it is named.
+func New(rdb redis.UniversalClient, sentinel *SentinelOptions, logger *slog.Logger) *Client {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	c := &Client{UniversalClient: rdb, log: logger, subs: map[*Sub]struct{}{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	switch {
+	case isCluster(rdb):
+		c.topo = Cluster
+	case sentinel != nil:
+		c.topo = Sentinel
+		c.sentinels = sentinel.Addrs
+		c.master = sentinel.MasterName
+		c.password = sentinel.Password
+	}
+	return c
+}
+
+func isCluster(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.ClusterClient)
+	return ok
+}
+
+// Topology is what the client talks to.
+func (c *Client) Topology() Topology { return c.topo }
+
+// Sharded reports whether pub/sub is sharded (SSUBSCRIBE/SPUBLISH: Redis Cluster).
+func (c *Client) Sharded() bool { return c.topo == Cluster }
+
+// Publish publishes payload on channel with the topology's command (SPUBLISH on Cluster).
+func (c *Client) PublishTo(ctx context.Context, channel string, payload any) error {
+	if c.Sharded() {
+		return c.SPublish(ctx, channel, payload).Err()
+	}
+	return c.Publish(ctx, channel, payload).Err()
+}
+
+// Resubscribes is how many times a Sub of this client re-made its subscription for cause.
+func (c *Client) Resubscribes(cause string) uint64 {
+	for i, k := range Causes {
+		if k == cause {
+			return c.resubscribes[i].Load()
+		}
+	}
+	return 0
+}
+
+func (c *Client) countResubscribe(cause string) {
+	for i, k := range Causes {
+		if k == cause {
+			c.resubscribes[i].Add(1)
+			return
+		}
+	}
+}
+
+// SubsDown is how many of the client's Subs are not confirmed live (for /up and metrics).
+func (c *Client) SubsDown() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for s := range c.subs {
+		if !s.Up() {
+			n++
+		}
+	}
+	return n
+}
+
+// onSwitch registers fn to run (on the watcher's goroutine; it must not block) whenever a
+// sentinel names a new master. Only Sentinel topologies have switches.
+func (c *Client) onSwitch(fn func()) {
+	if c.topo != Sentinel {
+		return
+	}
+	c.mu.Lock()
+	c.switches = append(c.switches, fn)
+	start := !c.watching && c.ctx.Err() == nil
+	c.watching = true
+	c.mu.Unlock()
+	if start {
+		c.wg.Add(1)
+		go c.watchSentinels()
+	}
+}
+
+// watchSentinels follows +switch-master on one sentinel at a time, moving to the next when
+// one fails. go-redis's failover client does the same for its pool; this watcher makes the
+// node's subscriptions follow at the same moment instead of staying on the demoted master.
+func (c *Client) watchSentinels() {
+	defer c.wg.Done()
+	backoff := time.Duration(0)
+	for i := 0; c.ctx.Err() == nil; i++ {
+		addr := c.sentinels[i%len(c.sentinels)]
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: c.password, DialTimeout: time.Second})
+		ps := sc.Subscribe(c.ctx, "+switch-master")
+		for c.ctx.Err() == nil {
+			msg, err := ps.ReceiveTimeout(c.ctx, 30*time.Second)
+			if err != nil {
+				var ne net.Error
+				if ok := asNetTimeout(err, &ne); ok {
+					if ps.Ping(c.ctx) == nil {
+						continue
+					}
+				}
+				break
+			}
+			backoff = 0
+			m, ok := msg.(*redis.Message)
+			if !ok || m.Channel != "+switch-master" {
+				continue
+			}
+			if name, _, _ := strings.Cut(m.Payload, " "); name != c.master {
+				continue
+			}
+			c.log.Warn("redis sentinel switched master; re-making subscriptions", "master", c.master, "switch", m.Payload)
+			c.mu.Lock()
+			fns := append([]func(){}, c.switches...)
+			c.mu.Unlock()
+			for _, fn := range fns {
+				fn()
+			}
+		}
+		_ = ps.Close()
+		_ = sc.Close()
+		backoff = min(max(backoff*2, 100*time.Millisecond), 2*time.Second)
+		select {
+		case <-c.ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// Close stops the sentinel watcher and closes every Sub, then the client.
+func (c *Client) Close() error {
+	c.cancel()
+	c.mu.Lock()
+	subs := make([]*Sub, 0, len(c.subs))
+	for s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.Close()
+	}
+	c.wg.Wait()
+	return c.UniversalClient.Close()
+}
+
+// CloseSubs stops the sentinel watcher and closes every Sub, leaving the client open.
+func (c *Client) CloseSubs() {
+	c.cancel()
+	c.mu.Lock()
+	subs := make([]*Sub, 0, len(c.subs))
+	for s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.Close()
+	}
+	c.wg.Wait()
+}
+
+// IsCluster reports whether rdb talks to a Redis Cluster: the one place that decides it,
+// for a Client (its topology) and a bare go-redis client (its type) alike.
+func IsCluster(rdb redis.UniversalClient) bool {
+	if c, ok := rdb.(*Client); ok {
+		return c.Sharded()
+	}
+	return isCluster(rdb)
+}
+
+// Of returns rdb's Redis layer: rdb itself when it is one, else a new Client wrapping it
+// (its topology from its type; no Sentinel watcher) that the caller must CloseSubs.
+func Of(rdb redis.UniversalClient, logger *slog.Logger) (c *Client, wrapped bool) {
+	if c, ok := rdb.(*Client); ok {
+		return c, false
+	}
+	return New(rdb, nil, logger), true
+}
+
+// Fixed subscribes to one channel (its anchor) for a feed whose set never changes and waits,
+// bounded by ctx, until the subscription is confirmed live. On an error the Sub is closed.
+func (c *Client) Fixed(ctx context.Context, name, channel string, onMessage func(payload string)) (*Sub, error) {
+	s := c.NewSub(SubOptions{Name: name, Anchor: channel, OnMessage: func(_, p string) { onMessage(p) }})
+	for !s.Up() && !s.Down() && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if s.Up() {
+		return s, nil
+	}
+	s.Close()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("redis subscription to " + channel + " could not be made")
+}
