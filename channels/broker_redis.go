@@ -11,14 +11,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // DefaultScalingChannel is the Redis pub/sub channel of the cluster (Reverb's default).
 const DefaultScalingChannel = "reverb"
-
-// receiveTimeout is how long the receive loop waits for traffic before it pings the
-// subscription connection, so a dead connection is noticed and redialled.
-const receiveTimeout = 15 * time.Second
 
 // Publish pipeline bounds. A publish is queued for Redis and delivered locally at once; the
 // writer sends queued envelopes in pipelined batches and, while Redis is unreachable, keeps
@@ -81,6 +79,13 @@ type RedisBrokerOptions struct {
 	MaxBacklog int64
 	// MaxAge drops queued envelopes older than this during an outage (default DefaultMaxAge).
 	MaxAge time.Duration
+	// Client is the node's Redis layer (topology, Sentinel switches, the pub/sub loop); nil
+	// wraps the rdb given to NewRedisBroker, its topology taken from the client's type.
+	Client *redisx.Client
+	// OnGap, when set, hears when a subscription connection may have missed messages
+	// (restored false: lost, with its cause) and when it is confirmed again (restored true):
+	// presence reconcile and cache replays run on it. It must not block.
+	OnGap func(cause string, restored bool)
 }
 
 // RedisBroker is the cluster Broker. A publish is delivered to this node's subscribers at
@@ -98,22 +103,23 @@ type RedisBrokerOptions struct {
 // refuses with ErrBacklog BEFORE delivering locally: a caller never sees an error for an
 // event its local subscribers already got. Envelopes older than MaxAge are dropped (logged).
 type RedisBroker struct {
-	rdb     redis.UniversalClient
+	rc      *redisx.Client
+	ownRC   bool // rc wraps the caller's client: Close closes its Subs, not the client
 	channel string
 	node    string
 	log     *slog.Logger
-	sharded bool
 	cache   *RedisCache
 	keys    *KeySpace
 	routing Routing
-	home    *subConn // broadcast routing's single subscription
-	router  *router  // interest routing's subscriptions
+	home    *redisx.Sub // broadcast routing's single subscription
+	router  *router     // interest routing's subscriptions
 	wg      sync.WaitGroup
 	dialled chan struct{}
+	onGap   func(cause string, restored bool)
 
 	received      atomic.Uint64 // messages read from Redis
 	routeTimeouts atomic.Int64  // WhenRouted callbacks run by routeWait, not by a confirmation
-	downConns     atomic.Int32  // subscription connections not live
+	resubscribes  atomic.Uint64 // subscription connections re-made
 	pending       pendingCache  // cache channels with a publish still queued for Redis
 
 	maxBacklog int64
@@ -156,10 +162,7 @@ func NewNodeID() string {
 }
 
 // IsCluster reports whether rdb talks to a Redis Cluster (sharded pub/sub, one slot per script).
-func IsCluster(rdb redis.UniversalClient) bool {
-	_, ok := rdb.(*redis.ClusterClient)
-	return ok
-}
+func IsCluster(rdb redis.UniversalClient) bool { return redisx.IsCluster(rdb) }
 
 // NewRedisBroker subscribes to the cluster channel. When Redis is unreachable it still
 // returns a broker (the node serves its own sockets and the receive loop keeps redialling)
@@ -184,9 +187,13 @@ func NewRedisBroker(ctx context.Context, rdb redis.UniversalClient, opts RedisBr
 	if opts.Keys == nil {
 		opts.Keys = NewKeySpace(opts.Channel, opts.Routing == RoutingInterest)
 	}
+	rc, own := opts.Client, false
+	if rc == nil {
+		rc, own = redisx.New(rdb, nil, opts.Logger), true
+	}
 	b := &RedisBroker{
-		rdb: rdb, channel: opts.Channel, node: opts.NodeID, log: opts.Logger, sharded: IsCluster(rdb), cache: opts.Cache,
-		keys: opts.Keys, routing: opts.Routing,
+		rc: rc, ownRC: own, channel: opts.Channel, node: opts.NodeID, log: opts.Logger, cache: opts.Cache,
+		keys: opts.Keys, routing: opts.Routing, onGap: opts.OnGap,
 		maxBacklog: opts.MaxBacklog, maxAge: opts.MaxAge, queue: make(chan outbound, queueSlots),
 		wdone: make(chan struct{}), dialled: make(chan struct{}),
 	}
@@ -199,19 +206,31 @@ func NewRedisBroker(ctx context.Context, rdb redis.UniversalClient, opts RedisBr
 		return b, rdb.Ping(ctx).Err()
 	}
 	close(b.dialled)
-	// Subscribe remembers the channel even when it fails, so a later redial resubscribes.
-	b.home = &subConn{sharded: b.sharded}
-	if b.sharded {
-		b.home.ps = rdb.SSubscribe(ctx, b.channel)
-	} else {
-		b.home.ps = rdb.Subscribe(ctx, b.channel)
+	// Broadcast routing: one subscription to the cluster channel, which is its own anchor
+	// (every node's probes travel on it; the others skip them).
+	seen := newSeqFilter()
+	b.home = rc.NewSub(redisx.SubOptions{
+		Name: "broker", Anchor: b.channel, ProbeID: b.node, Logger: b.log,
+		OnMessage:  func(_, payload string) { b.onMessage(seen, payload) },
+		OnLost:     func(cause string, _ uint64) { b.homeLost(cause) },
+		OnRestored: b.restored,
+	})
+	for !b.home.Up() && !b.home.Down() && ctx.Err() == nil { // wait for the subscription to be live
+		time.Sleep(5 * time.Millisecond)
 	}
-	if _, err := b.home.ps.Receive(ctx); err != nil { // wait for the subscription to be live
-		b.home.down = true
-		b.downConns.Add(1)
-		return b, err
+	if !b.home.Up() {
+		if ctx.Err() != nil {
+			return b, ctx.Err()
+		}
+		return b, errors.New("redis subscription to " + b.channel + " could not be made")
 	}
 	return b, nil
+}
+
+func (b *RedisBroker) homeLost(cause string) {
+	if cause != "start" {
+		b.lost(cause)
+	}
 }
 
 // Routing is the broker's routing.
@@ -234,16 +253,8 @@ func (b *RedisBroker) Start(deliver func(Message) int) {
 	b.start.Do(func() {
 		b.deliver.Store(&deliver)
 		b.started = true
-		if b.home != nil {
-			b.wg.Add(1)
-			go b.receive(b.home)
-		}
 		if b.router != nil {
-			b.wg.Add(2)
-			go func() {
-				defer b.wg.Done()
-				b.router.run()
-			}()
+			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
 				b.dialAll()
@@ -252,11 +263,37 @@ func (b *RedisBroker) Start(deliver func(Message) int) {
 	})
 }
 
-// Healthy reports whether the subscription is live and no publish is stuck waiting for
-// Redis (the last batch failed and something is still queued).
+// Healthy reports whether every subscription connection is confirmed live (its probes come
+// back) and no publish is stuck waiting for Redis (the last batch failed and something is
+// still queued).
 func (b *RedisBroker) Healthy() bool {
-	return b.downConns.Load() == 0 && !(b.pubDown.Load() && b.backlog.Load() > 0)
+	return b.subsUp() && !(b.pubDown.Load() && b.backlog.Load() > 0)
 }
+
+// subsUp reports whether every subscription connection of the broker is confirmed live.
+func (b *RedisBroker) subsUp() bool {
+	if b.home != nil {
+		return b.home.Up()
+	}
+	if b.router == nil {
+		return true
+	}
+	b.router.mu.Lock()
+	defer b.router.mu.Unlock()
+	for _, c := range b.router.conns {
+		if c.sub != nil && !c.sub.Up() {
+			return false
+		}
+	}
+	return true
+}
+
+// Resubscribes is how many times a subscription connection of this broker was re-made
+// (a failover, a moved slot, a reconnect, a stall, a lost probe).
+func (b *RedisBroker) Resubscribes() uint64 { return b.resubscribes.Load() }
+
+// Client is the broker's Redis layer.
+func (b *RedisBroker) Client() *redisx.Client { return b.rc }
 
 // Dropped is how many envelopes were dropped after waiting MaxAge for Redis.
 func (b *RedisBroker) Dropped() int64 { return b.dropped.Load() }
@@ -323,10 +360,13 @@ func (b *RedisBroker) Close() error {
 	b.cancel()
 	var err error
 	if b.home != nil {
-		err = b.home.ps.Close()
+		b.home.Close()
 	}
 	if b.router != nil {
 		b.router.closeConns()
+	}
+	if b.ownRC {
+		b.rc.CloseSubs()
 	}
 	b.start.Do(func() {}) // no Start after Close; a broker never started has no loop to wait for
 	if b.started {
@@ -391,6 +431,7 @@ func (b *RedisBroker) write() {
 				return
 			case <-time.After(backoff):
 			}
+			b.awaitSubs()
 			continue
 		}
 		if b.pubDown.Swap(false) {
@@ -405,6 +446,35 @@ func (b *RedisBroker) write() {
 		}
 		clear(batch)
 		batch = batch[:0]
+	}
+}
+
+// Bounds of the writer's wait for the subscriptions after a failed publish.
+const (
+	resendWait  = 3 * time.Second
+	resendGrace = 250 * time.Millisecond
+)
+
+// awaitSubs holds a retried batch until this node's subscription connections are live again
+// (bounded by resendWait): after a failover every node re-makes its subscriptions on the new
+// master, and a backlog sent before they are there is delivered to nobody. When it had to
+// wait it gives the other nodes resendGrace more, as they heard of the change at about the
+// same moment.
+func (b *RedisBroker) awaitSubs() {
+	if b.subsUp() {
+		return
+	}
+	deadline := time.Now().Add(resendWait)
+	for !b.subsUp() && time.Now().Before(deadline) {
+		select {
+		case <-b.drain.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	select {
+	case <-b.drain.Done():
+	case <-time.After(resendGrace):
 	}
 }
 
@@ -432,7 +502,7 @@ func (b *RedisBroker) dropExpired(batch []outbound) []outbound {
 func (b *RedisBroker) send(batch []outbound) error {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	pipe := b.rdb.Pipeline()
+	pipe := b.rc.Pipeline()
 	for i := range batch {
 		o := &batch[i]
 		if o.env == nil {
@@ -446,7 +516,7 @@ func (b *RedisBroker) send(batch []outbound) error {
 		if b.router != nil {
 			to = b.keys.Topic(o.m.AppID, o.m.Channel)
 		}
-		if b.sharded {
+		if b.rc.Sharded() {
 			pipe.SPublish(ctx, to, o.env)
 		} else {
 			pipe.Publish(ctx, to, o.env)

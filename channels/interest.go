@@ -1,11 +1,11 @@
 package channels
 
 import (
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // Interest routing.
@@ -13,82 +13,128 @@ import (
 // Under RoutingInterest a publish for channel C of app A goes to C's own pub/sub channel
 // (KeySpace.Topic), and a node subscribes to that topic only while it has a local subscriber
 // of C. The registry tells the broker (Router) when a channel gets its first local subscriber
-// and loses its last one, under the channel's lock; the broker's router goroutine turns the
-// changes into batched SUBSCRIBE / UNSUBSCRIBE commands (SSUBSCRIBE on Redis Cluster, one
-// connection per bucket prefix so every topic of a connection lives in one slot), never on
-// a poller and never while a socket waits.
+// and loses its last one, under the channel's lock; the router records the change in its
+// topic set (the one record of what this node wants from Redis) and hands it to the topic's
+// subscription connection (a redisx.Sub: one per bucket prefix on Redis Cluster, so every
+// topic of a connection lives in one slot, one in all otherwise), which batches changes into
+// one SUBSCRIBE/UNSUBSCRIBE round trip, never on a poller and never while a socket waits.
 //
-// Confirmation: after each batch the router sends PING "g<generation>" on the same
-// connection. Redis answers a connection's commands in order, so the pong of a generation
-// proves every SUBSCRIBE sent before it is in effect; WhenRouted callbacks (the pusher's
+// Confirmation: after each batch the Sub sends PING "g<generation>" on the same connection.
+// Redis answers a connection's commands in order, so the pong of a generation proves every
+// SUBSCRIBE sent before it is in effect; WhenRouted callbacks (the pusher's
 // subscription_succeeded) run then. A publish that enters Redis after the client saw
 // subscription_succeeded is therefore delivered to this node, whichever node published it.
+// When a Sub re-makes its connection (a reconnect, a failover, a slot that moved, a probe
+// that did not come back) every topic of it is unconfirmed again until the fresh
+// connection's pong, and the broker announces the gap (RedisBrokerOptions.OnGap).
 
 // routeWait bounds how long WhenRouted waits for a confirmation. Past it the callback runs
 // anyway: Redis is unreachable or stalled, the node serves its own sockets meanwhile (as it
 // does for publishes during an outage) and the subscription is made when Redis is back.
-// Once a wait has timed out the router counts as stalled, and until the next pong (or while
-// a subscription connection is down) subscribes are answered at once instead of each
-// waiting routeWait: a stalled Redis must not stall every new subscription.
+// Once a wait on a connection has timed out that connection counts as stalled, and until its
+// next confirmation (or while it cannot be made at all) subscribes to its topics are answered
+// at once instead of each waiting routeWait. Other connections are not affected.
 const routeWait = 2 * time.Second
-
-// maxTopicsPerCommand bounds one SUBSCRIBE's argument list.
-const maxTopicsPerCommand = 1000
 
 // Router is implemented by a Broker that carries a channel's publishes only to the nodes
 // with a local subscriber of it (RedisBroker under RoutingInterest). The Registry calls Want
 // when a channel gets its first local subscriber and Unwant when it loses its last, under
-// the channel's lock: neither may block. WhenRouted runs fn once the node's subscription to
-// the channel is in effect (at once when it is, or when the broker does not route); fn runs
-// on a broker goroutine or the caller's and must not block.
+// the channel's lock: neither may block. WhenRouted runs fn(true) once the node's
+// subscription to the channel is in effect (at once when it is, or when the broker does not
+// route), or fn(false) when the channel lost its last local subscriber first (nobody is left
+// to answer); fn runs on a broker goroutine or the caller's and must not block.
 type Router interface {
 	Want(app, channel string)
 	Unwant(app, channel string)
-	WhenRouted(app, channel string, fn func())
+	WhenRouted(app, channel string, fn func(routed bool))
 }
 
-// topic is one routed pub/sub channel's state (router.mu).
+// topic is one routed pub/sub channel the node wants (router.mu).
 type topic struct {
 	name    string
-	conn    string // the subscription connection's key
-	refs    int    // Want minus Unwant
-	sent    bool   // a SUBSCRIBE was sent after the last UNSUBSCRIBE
-	gen     uint64 // the ping generation that follows that SUBSCRIBE
-	ready   bool   // that ping was answered
-	waiters []func()
+	conn    *routeConn
+	gen     uint64 // the Sub generation whose confirmation proves the subscription
+	ready   bool
+	waiters []func(bool)
 }
 
-// router owns the node's routed subscriptions.
+// routeConn is one subscription connection of the router.
+type routeConn struct {
+	key string
+	sub *redisx.Sub
+	// pending are the topics waiting for a confirmation, in generation order (router.mu).
+	pending []*topic
+	// stalled is set when a wait on this connection timed out and cleared by its next
+	// confirmation (router.mu).
+	stalled bool
+	// confirmed is the last confirmed generation (router.mu).
+	confirmed uint64
+	// seen drops retried batches' duplicates; the Sub calls OnMessage from one goroutine
+	// at a time, so it needs no lock.
+	seen *seqFilter
+}
+
+// router owns the node's routed subscriptions: the set of wanted topics is its topics map.
 type router struct {
 	b      *RedisBroker
 	mu     sync.Mutex
 	topics map[string]*topic
-	dirty  map[*topic]struct{}
-	conns  map[string]*subConn
-	gen    uint64
-	kick   chan struct{}
-	// stalled is set when a wait timed out and cleared by the next pong.
-	stalled atomic.Bool
-	// batches counts the batches sent (for tests of batching).
-	batches int
+	conns  map[string]*routeConn
+	closed bool
 }
 
 func newRouter(b *RedisBroker) *router {
-	return &router{b: b, topics: map[string]*topic{}, dirty: map[*topic]struct{}{}, conns: map[string]*subConn{}, kick: make(chan struct{}, 1)}
-}
-
-func (r *router) signal() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
+	return &router{b: b, topics: map[string]*topic{}, conns: map[string]*routeConn{}}
 }
 
 func (r *router) connKey(app, ch string) string {
-	if r.b.sharded {
+	if r.b.rc.Sharded() {
 		return r.b.keys.ChannelPrefix(app, ch)
 	}
 	return ""
+}
+
+// connFor returns the connection of key, starting its Sub on first use (r.mu held; the Sub
+// dials on its own goroutine, so this never waits).
+func (r *router) connFor(key string) *routeConn {
+	c := r.conns[key]
+	if c != nil {
+		return c
+	}
+	c = &routeConn{key: key, seen: newSeqFilter()}
+	r.conns[key] = c
+	if r.closed {
+		return c
+	}
+	// The anchor is this node's own channel in the connection's slot: it picks the
+	// bucket's master on Cluster, even with no topic left, and carries the probes.
+	anchor := r.b.keys.BucketAnchor(key, r.b.node)
+	c.sub = r.b.rc.NewSub(redisx.SubOptions{
+		Name:   "broker" + key,
+		Anchor: anchor,
+		Want:   func() []string { return r.wanted(c) },
+		OnMessage: func(_, payload string) {
+			r.b.onMessage(c.seen, payload)
+		},
+		OnConfirm:  func(gen uint64) { r.confirm(c, gen) },
+		OnLost:     func(cause string, gen uint64) { r.lost(c, cause, gen) },
+		OnRestored: r.b.restored,
+		Logger:     r.b.log,
+	})
+	return c
+}
+
+// wanted is the connection's share of the topic set: what a fresh connection subscribes to.
+func (r *router) wanted(c *routeConn) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for name, t := range r.topics {
+		if t.conn == c {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Want implements Router.
@@ -99,15 +145,17 @@ func (b *RedisBroker) Want(app, ch string) {
 	}
 	name := b.keys.Topic(app, ch)
 	r.mu.Lock()
-	t := r.topics[name]
-	if t == nil {
-		t = &topic{name: name, conn: r.connKey(app, ch)}
-		r.topics[name] = t
+	defer r.mu.Unlock()
+	if r.topics[name] != nil {
+		return // already wanted (the registry says first/last once each; stay idempotent)
 	}
-	t.refs++
-	r.dirty[t] = struct{}{}
-	r.mu.Unlock()
-	r.signal()
+	c := r.connFor(r.connKey(app, ch))
+	t := &topic{name: name, conn: c}
+	r.topics[name] = t // the set first, then the change: a re-make in between includes it
+	if c.sub != nil {
+		t.gen = c.sub.Change([]string{name}, nil)
+	}
+	c.pending = append(c.pending, t)
 }
 
 // Unwant implements Router.
@@ -118,43 +166,58 @@ func (b *RedisBroker) Unwant(app, ch string) {
 	}
 	name := b.keys.Topic(app, ch)
 	r.mu.Lock()
-	if t := r.topics[name]; t != nil {
-		t.refs--
-		r.dirty[t] = struct{}{}
+	t := r.topics[name]
+	if t == nil {
+		r.mu.Unlock()
+		return
 	}
+	delete(r.topics, name)
+	if t.conn.sub != nil {
+		t.conn.sub.Change(nil, []string{name})
+	}
+	// Nobody here wants the channel any more: whoever still waits for it (a subscriber
+	// that left before its answer) gets no answer, only its barrier released.
+	drop := t.waiters
+	t.waiters = nil
 	r.mu.Unlock()
-	r.signal()
+	for _, fn := range drop {
+		fn(false)
+	}
 }
 
 // WhenRouted implements Router.
-func (b *RedisBroker) WhenRouted(app, ch string, fn func()) {
+func (b *RedisBroker) WhenRouted(app, ch string, fn func(bool)) {
 	r := b.router
 	if r == nil {
-		fn()
+		fn(true)
 		return
 	}
 	name := b.keys.Topic(app, ch)
 	r.mu.Lock()
 	t := r.topics[name]
-	if t == nil || t.ready || t.refs <= 0 || r.stalled.Load() || b.downConns.Load() > 0 {
+	if t == nil || t.ready || t.conn.stalled || t.conn.sub == nil || t.conn.sub.Down() {
 		r.mu.Unlock()
-		fn()
+		fn(true)
 		return
 	}
 	var ran atomic.Bool
-	run := func() {
+	run := func(ok bool) {
 		if !ran.Swap(true) {
-			fn()
+			fn(ok)
 		}
 	}
 	t.waiters = append(t.waiters, run)
+	c := t.conn
 	r.mu.Unlock()
 	time.AfterFunc(routeWait, func() {
-		if !ran.Load() {
-			b.routeTimeouts.Add(1)
-			r.stalled.Store(true)
-			run()
+		if ran.Load() {
+			return
 		}
+		b.routeTimeouts.Add(1)
+		r.mu.Lock()
+		c.stalled = true
+		r.mu.Unlock()
+		run(true)
 	})
 }
 
@@ -169,193 +232,79 @@ func (b *RedisBroker) Routed(app, ch string) bool {
 	return t != nil && t.ready
 }
 
-// RouteBatches is how many subscription batches the router has sent (tests).
+// RouteBatches is how many subscription round trips the router's connections have made
+// (tests of batching).
 func (b *RedisBroker) RouteBatches() int {
 	if b.router == nil {
 		return 0
 	}
 	b.router.mu.Lock()
 	defer b.router.mu.Unlock()
-	return b.router.batches
-}
-
-// connBatch is one connection's share of a batch.
-type connBatch struct {
-	sub, unsub []string
-	ping       bool
-}
-
-// run is the router goroutine: every wake-up sends what changed since the last one, so
-// changes that arrive while a batch is on the wire travel together in the next.
-func (r *router) run() {
-	backoff := time.Duration(0)
-	for {
-		select {
-		case <-r.b.ctx.Done():
-			return
-		case <-r.kick:
+	n := 0
+	for _, c := range b.router.conns {
+		if c.sub != nil {
+			n += int(c.sub.Batches())
 		}
-		if r.flush() {
-			backoff = 0
-			continue
-		}
-		backoff = min(max(backoff*2, 50*time.Millisecond), time.Second)
-		time.AfterFunc(backoff, r.signal)
 	}
+	return n
 }
 
-// flush sends one batch; false means a connection failed and the batch must be retried.
-func (r *router) flush() bool {
+// confirm marks every topic of c whose generation is at most gen as routed and runs their
+// waiters.
+func (r *router) confirm(c *routeConn, gen uint64) {
+	var run []func(bool)
 	r.mu.Lock()
-	work := map[string]*connBatch{}
-	get := func(k string) *connBatch {
-		w := work[k]
-		if w == nil {
-			w = &connBatch{}
-			work[k] = w
-		}
-		return w
+	c.stalled = false
+	if gen > c.confirmed {
+		c.confirmed = gen
 	}
-	r.gen++
-	gen := r.gen
-	var sent []*topic
-	var release []func()
-	defer func() {
-		for _, fn := range release {
-			fn()
-		}
-	}()
-	for t := range r.dirty {
-		delete(r.dirty, t)
-		want := t.refs > 0
-		switch {
-		case want && !t.sent:
-			t.sent, t.ready, t.gen = true, false, gen
-			get(t.conn).sub = append(get(t.conn).sub, t.name)
-			sent = append(sent, t)
-		case !want && t.sent:
-			t.sent, t.ready = false, false
-			get(t.conn).unsub = append(get(t.conn).unsub, t.name)
-		}
-		if !want {
-			// Nobody here wants the channel any more: whoever still waits for it (a
-			// subscriber that left before its answer) is answered now, not by the timeout.
-			release = append(release, t.waiters...)
+	i := 0
+	for ; i < len(c.pending) && c.pending[i].gen <= gen; i++ {
+		t := c.pending[i]
+		if r.topics[t.name] == t && !t.ready && t.gen <= gen {
+			t.ready = true
+			run = append(run, t.waiters...)
 			t.waiters = nil
-			if r.topics[t.name] == t {
-				delete(r.topics, t.name)
-			}
 		}
+		c.pending[i] = nil
 	}
-	for k, c := range r.conns {
-		if c.repin {
-			get(k).ping = true
-		}
-	}
-	if len(work) == 0 {
-		r.mu.Unlock()
-		return true
-	}
-	r.batches++
-	for _, t := range sent {
-		c := r.conns[t.conn]
-		if c == nil {
-			c = &subConn{key: t.conn}
-			r.conns[t.conn] = c
-		}
-		c.pending = append(c.pending, t)
-	}
-	for k := range work {
-		if c := r.conns[k]; c != nil {
-			c.repin = false
-		}
-	}
-	r.mu.Unlock()
-
-	// Connections are independent (one per bucket on Redis Cluster, dialled on first use):
-	// their shares go out side by side.
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	for k, w := range work {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := r.b.subConnFor(k)
-			if err == nil {
-				err = c.send(r.b.ctx, w.sub, w.unsub, gen)
-			}
-			if err != nil {
-				failed.Store(true)
-				r.mu.Lock()
-				if c := r.conns[k]; c != nil {
-					c.repin = true
-				}
-				r.mu.Unlock()
-				r.b.warn("redis subscription batch failed; retrying", err)
-			}
-		}()
-	}
-	wg.Wait()
-	return !failed.Load()
-}
-
-// confirm marks every topic of conn sent before ping generation gen as routed and runs
-// their waiters.
-func (r *router) confirm(conn string, gen uint64) {
-	r.stalled.Store(false)
-	var run []func()
-	r.mu.Lock()
-	c := r.conns[conn]
-	if c != nil {
-		i := 0
-		for ; i < len(c.pending) && c.pending[i].gen <= gen; i++ {
-			t := c.pending[i]
-			if t.sent && t.gen <= gen && !t.ready {
-				t.ready = true
-				run = append(run, t.waiters...)
-				t.waiters = nil
-			}
-			c.pending[i] = nil
-		}
-		c.pending = c.pending[i:]
-	}
+	c.pending = c.pending[i:]
 	r.mu.Unlock()
 	for _, fn := range run {
-		fn()
+		fn(true)
 	}
 }
 
-// reconnected asks for a new ping on conn: after a redial go-redis subscribes again to
-// everything, and the pong of a ping sent after that proves it.
-func (r *router) reconnected(conn string) {
+// lost marks every topic of c unconfirmed until generation gen: the Sub is making a fresh
+// connection that subscribes them all, and only its pong proves it.
+func (r *router) lost(c *routeConn, cause string, gen uint64) {
 	r.mu.Lock()
-	if c := r.conns[conn]; c != nil && len(c.pending) > 0 {
-		c.repin = true
+	pending := make([]*topic, 0, len(c.pending))
+	for _, t := range r.topics {
+		if t.conn == c {
+			t.ready, t.gen = false, gen
+			pending = append(pending, t)
+		}
+	}
+	c.pending = pending
+	r.mu.Unlock()
+	if cause != "start" {
+		r.b.lost(cause)
+	}
+}
+
+// closeConns closes every routed connection (Close).
+func (r *router) closeConns() {
+	r.mu.Lock()
+	r.closed = true
+	conns := make([]*routeConn, 0, len(r.conns))
+	for _, c := range r.conns {
+		conns = append(conns, c)
 	}
 	r.mu.Unlock()
-	r.signal()
-}
-
-// pingPayload and parsePing frame a generation in a PING payload.
-func pingPayload(gen uint64) string { return "g" + strconv.FormatUint(gen, 10) }
-
-func parsePing(p string) (uint64, bool) {
-	if !strings.HasPrefix(p, "g") {
-		return 0, false
+	for _, c := range conns {
+		if c.sub != nil {
+			c.sub.Close()
+		}
 	}
-	g, err := strconv.ParseUint(p[1:], 10, 64)
-	return g, err == nil
-}
-
-// chunks splits s into pieces of at most n.
-func chunks(s []string, n int) [][]string {
-	var out [][]string
-	for len(s) > n {
-		out = append(out, s[:n])
-		s = s[n:]
-	}
-	if len(s) > 0 {
-		out = append(out, s)
-	}
-	return out
 }

@@ -72,7 +72,7 @@ func TestWhenRoutedRunsAfterTheSubscriptionIsConfirmed(t *testing.T) {
 				sinks[i] = &channelstest.Sink{ID: "9." + strconv.Itoa(i)}
 				wg.Add(1)
 				b.Subscribe("app", name, sinks[i])
-				b.WhenRouted("app", name, func() {
+				b.WhenRouted("app", name, func(bool) {
 					defer wg.Done()
 					if be.Name != "cluster" { // NUMSUB counts classic channels; Cluster uses shard ones
 						counted[i] = numSub(t, rdb, keys.Topic("app", name))
@@ -105,7 +105,7 @@ func TestRouterBatchesAndUnsubscribes(t *testing.T) {
 	for i := range n {
 		name := "burst-" + strconv.Itoa(i)
 		b.Subscribe("app", name, sink)
-		b.WhenRouted("app", name, func() { routed.Add(1) })
+		b.WhenRouted("app", name, func(bool) { routed.Add(1) })
 	}
 	testutil.WaitFor(t, "every channel routed", func() bool { return routed.Load() == n })
 	if got := brokers[1].RouteBatches(); got > n/5 {
@@ -229,7 +229,7 @@ func TestNoLostFirstEventUnderRacingSubscribes(t *testing.T) {
 					defer subs.Done()
 					name := fmt.Sprintf("race-%d", i)
 					b.Subscribe("app", name, sinks[i])
-					b.WhenRouted("app", name, func() { answered[i].Store(true) })
+					b.WhenRouted("app", name, func(bool) { answered[i].Store(true) })
 				}()
 			}
 			subs.Wait()

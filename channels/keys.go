@@ -119,6 +119,16 @@ func (k *KeySpace) NodeBucketKey(node, suffix string, b int) string {
 	return k.buckets[b] + "node:" + node + ":" + suffix
 }
 
+// BucketAnchor is node's own pub/sub channel in the slot of bucket prefix prefix ("" = the
+// node-level one): a subscription connection is always subscribed to it, so that on Cluster
+// it lands on the bucket's master with no topic left, and its probes travel on it.
+func (k *KeySpace) BucketAnchor(prefix, node string) string {
+	if prefix == "" {
+		prefix = k.node
+	}
+	return prefix + "anchor:" + node
+}
+
 // BroadcastChannel is the single pub/sub channel of broadcast routing.
 func (k *KeySpace) BroadcastChannel() string { return k.channel }
 

@@ -231,13 +231,14 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 	return remaining, removed
 }
 
-// WhenRouted runs fn once publishes of the channel made on any node reach this node: at
-// once with a broker that does not route by interest or when the node's subscription is
-// confirmed, else when it is (or after a bound, see Router). Callers answer a subscribe in
-// fn; fn must not block.
-func (r *Registry) WhenRouted(app, name string, fn func()) {
+// WhenRouted runs fn(true) once publishes of the channel made on any node reach this node:
+// at once with a broker that does not route by interest or when the node's subscription is
+// confirmed, else when it is (or after a bound, see Router); fn(false) when the channel lost
+// its last local subscriber before that (nobody is left to answer). Callers answer a
+// subscribe in fn; fn must not block.
+func (r *Registry) WhenRouted(app, name string, fn func(routed bool)) {
 	if r.router == nil {
-		fn()
+		fn(true)
 		return
 	}
 	r.router.WhenRouted(app, name, fn)
@@ -250,7 +251,7 @@ func (r *Registry) AwaitRouted(ctx context.Context, app, name string) error {
 		return nil
 	}
 	done := make(chan struct{})
-	r.router.WhenRouted(app, name, func() { close(done) })
+	r.router.WhenRouted(app, name, func(bool) { close(done) })
 	select {
 	case <-done:
 		return nil

@@ -226,8 +226,15 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind) {
 		b.Release(frames...)
 	} else {
 		// Under interest routing the answer waits (in the barrier, not on this goroutine) until
-		// this node's Redis subscription to the channel is confirmed: no lost first event.
-		c.srv.reg.WhenRouted(cfg.ID, name, func() { b.Release(frames...) })
+		// this node's Redis subscription to the channel is confirmed: no lost first event. A
+		// socket that unsubscribed meanwhile gets no answer, only its barrier released.
+		c.srv.reg.WhenRouted(cfg.ID, name, func(routed bool) {
+			if routed {
+				b.Release(frames...)
+			} else {
+				b.Release()
+			}
+		})
 	}
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
 	if added && count == 1 && c.srv.wants(cfg.ID, "channel_occupied") {

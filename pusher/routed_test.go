@@ -14,12 +14,12 @@ type gatedRouter struct {
 	*channels.MemoryBroker
 	mu      sync.Mutex
 	wanted  map[string]int
-	waiting map[string][]func()
+	waiting map[string][]func(bool)
 	open    map[string]bool
 }
 
 func newGatedRouter() *gatedRouter {
-	return &gatedRouter{wanted: map[string]int{}, waiting: map[string][]func(){}, open: map[string]bool{}}
+	return &gatedRouter{wanted: map[string]int{}, waiting: map[string][]func(bool){}, open: map[string]bool{}}
 }
 
 func (g *gatedRouter) Want(app, ch string) {
@@ -34,11 +34,11 @@ func (g *gatedRouter) Unwant(app, ch string) {
 	g.mu.Unlock()
 }
 
-func (g *gatedRouter) WhenRouted(app, ch string, fn func()) {
+func (g *gatedRouter) WhenRouted(app, ch string, fn func(bool)) {
 	g.mu.Lock()
 	if g.open[ch] {
 		g.mu.Unlock()
-		fn()
+		fn(true)
 		return
 	}
 	g.waiting[ch] = append(g.waiting[ch], fn)
@@ -53,7 +53,7 @@ func (g *gatedRouter) confirm(ch string) {
 	delete(g.waiting, ch)
 	g.mu.Unlock()
 	for _, fn := range fns {
-		fn()
+		fn(true)
 	}
 }
 

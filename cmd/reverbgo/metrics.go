@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/redisx"
 	"github.com/reverbgo/reverbgo/webhooks"
 )
 
@@ -89,6 +90,18 @@ func registerNodeMetrics(reg prometheus.Registerer, n *node) {
 			Name: "reverbgo_cluster_messages_received_total",
 			Help: "Cluster messages this node read from Redis pub/sub (its own publishes that came back included). Under scaling.routing interest only the channels this node has subscribers of.",
 		}, func() float64 { return float64(b.Received()) }))
+		rc := n.cl.rdb
+		for _, cause := range redisx.Causes {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "reverbgo_cluster_resubscribes_total",
+				Help:        "Times a Redis subscription connection of this node (broker or bridge feeds) was made anew, by cause: failover (Sentinel switched master), resharding (Redis unsubscribed it: a Cluster slot moved or its master changed), reconnect, stall (a batch failed half way), probe (a probe published through the normal path did not come back).",
+				ConstLabels: prometheus.Labels{"cause": cause},
+			}, func() float64 { return float64(rc.Resubscribes(cause)) }))
+		}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "reverbgo_redis_subscriptions_down",
+			Help: "Redis subscription connections of this node (broker and bridge feeds) not confirmed live.",
+		}, func() float64 { return float64(rc.SubsDown()) }))
 	}
 }
 

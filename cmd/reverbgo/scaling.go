@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,6 +13,7 @@ import (
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/redisx"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
 )
@@ -20,7 +22,7 @@ import (
 // the presence store and the bridge store. Without it the same binary runs one node on
 // the in-memory implementations.
 type cluster struct {
-	rdb      redis.UniversalClient
+	rdb      *redisx.Client // the Redis layer: client, topology, the pub/sub loop
 	addr     string // the topology, for logs (no password)
 	node     string
 	prefix   string             // of this cluster's node-level keys in Redis
@@ -38,6 +40,9 @@ type cluster struct {
 	// presence.Start.
 	gone func(app, channel, user string)
 	back func(app, channel, socketID string, m channels.Member)
+	// gap is set to the pusher server's PresenceTrouble before the broker delivers: a
+	// subscription connection that may have missed member events makes the node reconcile.
+	gap atomic.Pointer[func()]
 }
 
 // clusterView is the pusher server's cluster-wide read side: counts, channel lists and
@@ -63,24 +68,26 @@ const startupTimeout = 5 * time.Second
 // follows +switch-master) or a Redis Cluster client. The description is for logs. Every
 // client honours context deadlines (ContextTimeoutEnabled), so a caller's deadline bounds a
 // round trip to a Redis that stopped answering, not only go-redis's own 3 s read timeout.
-func redisClient(sc config.Scaling) (redis.UniversalClient, string, error) {
+func redisClient(sc config.Scaling, logger *slog.Logger) (*redisx.Client, string, error) {
 	switch {
 	case sc.RedisSentinel.Set():
 		s := sc.RedisSentinel
-		return redis.NewFailoverClient(&redis.FailoverOptions{
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: s.MasterName, SentinelAddrs: s.Addrs, Password: s.Password, ContextTimeoutEnabled: true,
-		}), "sentinel " + s.MasterName + "@" + strings.Join(s.Addrs, ","), nil
+		})
+		return redisx.New(rdb, &redisx.SentinelOptions{Addrs: s.Addrs, MasterName: s.MasterName}, logger),
+			"sentinel " + s.MasterName + "@" + strings.Join(s.Addrs, ","), nil
 	case sc.RedisCluster.Set():
 		c := sc.RedisCluster
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Password: c.Password, ContextTimeoutEnabled: true}),
-			"cluster " + strings.Join(c.Addrs, ","), nil
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Password: c.Password, ContextTimeoutEnabled: true})
+		return redisx.New(rdb, nil, logger), "cluster " + strings.Join(c.Addrs, ","), nil
 	default:
 		opt, err := redis.ParseURL(sc.RedisURL)
 		if err != nil {
 			return nil, "", fmt.Errorf("scaling.redis_url: %w", err)
 		}
 		opt.ContextTimeoutEnabled = true
-		return redis.NewClient(opt), opt.Addr, nil
+		return redisx.New(redis.NewClient(opt), nil, logger), opt.Addr, nil
 	}
 }
 
@@ -93,7 +100,7 @@ func KeyPrefix(channel string) string { return "{" + channels.DefaultRedisPrefix
 // newCluster connects to the configured Redis and builds the cluster seams under one prefix
 // derived from scaling.channel, so two clusters may share a Redis with different channels.
 func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
-	rdb, addr, err := redisClient(cfg.Scaling)
+	rdb, addr, err := redisClient(cfg.Scaling, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +128,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	c.cache = channels.NewRedisCacheIn(c.rdb, c.keys)
 	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{
 		Channel: channel, Routing: routing, Keys: c.keys, NodeID: c.node, Logger: logger, Cache: c.cache,
+		Client: c.rdb, OnGap: c.onGap,
 	}); err != nil {
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
@@ -172,6 +180,8 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	c.gone = srv.MemberGone
 	c.back = srv.MemberBack
+	trouble := srv.PresenceTrouble
+	c.gap.Store(&trouble)
 	c.occ.SetConnections(func() map[string]int64 {
 		out := make(map[string]int64, len(c.apps))
 		for _, app := range c.apps {
@@ -192,6 +202,15 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	}
 }
 
+// onGap hears the broker's subscription connections lose and regain what Redis delivers: a
+// member event published meanwhile never reached this node, so presence reconciles (the
+// reconcile waits two quiet intervals after the last trouble by itself).
+func (c *cluster) onGap(cause string, restored bool) {
+	if f := c.gap.Load(); f != nil {
+		(*f)()
+	}
+}
+
 // webhookStore is the webhooks' cluster store, its dead nodes reaped by the node registry
 // (the same node_timeout as presence and occupancy); call it before start.
 func (c *cluster) webhookStore() *webhooks.RedisStore {
@@ -205,7 +224,7 @@ func (c *cluster) webhookStore() *webhooks.RedisStore {
 
 // health is /up's dependency check: the subscription must be live and Redis must answer.
 func (c *cluster) health(ctx context.Context) map[string]string {
-	if !c.broker.Healthy() || c.rdb.Ping(ctx).Err() != nil {
+	if !c.broker.Healthy() || c.rdb.SubsDown() > 0 || c.rdb.Ping(ctx).Err() != nil {
 		return map[string]string{"redis": "unreachable"}
 	}
 	return nil
