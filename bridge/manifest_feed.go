@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // ManifestChange says that the manifest of Key was stored or its rev raised, to ClientID/Rev.
@@ -102,12 +104,12 @@ func (l *LocalFeed) Subscribe(fn func(ManifestChange)) func() {
 // RedisFeed is the cluster ManifestFeed: one pub/sub channel ({prefix}manifests) next to the
 // RedisStore's results channel, one subscription per node, fanned out to local subscribers.
 type RedisFeed struct {
-	rdb     redis.UniversalClient
+	rc      *redisx.Client
+	wrapped bool // rc wraps the caller's client: Close closes its Subs
 	channel string
 	log     *slog.Logger
-	ps      *redis.PubSub
+	sub     *redisx.Sub // the node's pub/sub loop on the manifests channel
 	local   *LocalFeed
-	done    chan struct{}
 }
 
 // NewRedisFeed subscribes to the manifests channel (prefix as for NewRedisStore, default
@@ -119,41 +121,34 @@ func NewRedisFeed(ctx context.Context, rdb redis.UniversalClient, prefix string,
 	if log == nil {
 		log = slog.Default()
 	}
-	f := &RedisFeed{rdb: rdb, channel: prefix + "manifests", log: log, local: NewLocalFeed(), done: make(chan struct{})}
-	if _, cluster := rdb.(*redis.ClusterClient); cluster {
-		f.ps = rdb.SSubscribe(ctx, f.channel) // sharded on Redis Cluster, like RedisStore's wake-ups
-	} else {
-		f.ps = rdb.Subscribe(ctx, f.channel)
-	}
-	if _, err := f.ps.Receive(ctx); err != nil { // wait for the subscription to be live
-		_ = f.ps.Close()
+	f := &RedisFeed{channel: prefix + "manifests", log: log, local: NewLocalFeed()}
+	f.rc, f.wrapped = redisx.Of(rdb, log)
+	// Sharded on Redis Cluster, like RedisStore's wake-ups.
+	sub, err := f.rc.Fixed(ctx, "toolmark-manifests", f.channel, f.dispatch)
+	if err != nil {
+		if f.wrapped {
+			f.rc.CloseSubs()
+		}
 		return nil, err
 	}
-	go f.dispatch()
+	f.sub = sub
 	return f, nil
 }
 
-func (f *RedisFeed) dispatch() {
-	defer close(f.done)
-	for msg := range f.ps.Channel() {
-		var c ManifestChange
-		if json.Unmarshal([]byte(msg.Payload), &c) != nil || !ValidChannelPart(c.Key.User) ||
-			!ValidChannelPart(c.Key.Conversation) || !ValidID(c.ClientID) {
-			continue
-		}
-		f.local.Publish(context.Background(), c)
+func (f *RedisFeed) dispatch(payload string) {
+	var c ManifestChange
+	if json.Unmarshal([]byte(payload), &c) != nil || !ValidChannelPart(c.Key.User) ||
+		!ValidChannelPart(c.Key.Conversation) || !ValidID(c.ClientID) {
+		return
 	}
+	f.local.Publish(context.Background(), c)
 }
 
 // Publish implements ManifestFeed: one PUBLISH, bounded by 2 s; a failure is logged only.
 func (f *RedisFeed) Publish(ctx context.Context, c ManifestChange) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	pub := f.rdb.Publish
-	if _, cluster := f.rdb.(*redis.ClusterClient); cluster {
-		pub = f.rdb.SPublish
-	}
-	if err := pub(ctx, f.channel, mustJSON(c)).Err(); err != nil {
+	if err := f.rc.PublishTo(ctx, f.channel, mustJSON(c)); err != nil {
 		f.log.Warn("toolmark manifest change not published", slog.String("app", c.Key.App), slog.String("error", err.Error()))
 	}
 }
@@ -163,9 +158,11 @@ func (f *RedisFeed) Subscribe(fn func(ManifestChange)) func() { return f.local.S
 
 // Close stops the subscription.
 func (f *RedisFeed) Close() error {
-	err := f.ps.Close()
-	<-f.done
-	return err
+	f.sub.Close()
+	if f.wrapped {
+		f.rc.CloseSubs()
+	}
+	return nil
 }
 
 var (

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // RedisStore is the cluster Store: bindings and claims are Redis hashes created add-if-absent
@@ -22,7 +24,9 @@ import (
 type RedisStore struct {
 	rdb     redis.UniversalClient
 	prefix  string
-	ps      *redis.PubSub
+	sub     *redisx.Sub // the node's pub/sub loop on the wake-up channel
+	rc      *redisx.Client
+	wrapped bool   // rc wraps the caller's client: Close closes its Subs
 	publish string // PUBLISH, or SPUBLISH on Redis Cluster
 
 	mu       sync.Mutex
@@ -37,18 +41,19 @@ func NewRedisStore(ctx context.Context, rdb redis.UniversalClient, prefix string
 	if prefix == "" {
 		prefix = "reverbgo:toolmark:"
 	}
-	s := &RedisStore{rdb: rdb, prefix: prefix, publish: "PUBLISH", watchers: map[string]map[*memWatch]struct{}{}, done: make(chan struct{})}
-	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+	s := &RedisStore{rdb: rdb, prefix: prefix, publish: "PUBLISH", watchers: map[string]map[*memWatch]struct{}{}}
+	s.rc, s.wrapped = redisx.Of(rdb, nil)
+	if s.rc.Sharded() {
 		s.publish = "SPUBLISH"
-		s.ps = rdb.SSubscribe(ctx, s.channel())
-	} else {
-		s.ps = rdb.Subscribe(ctx, s.channel())
 	}
-	if _, err := s.ps.Receive(ctx); err != nil { // wait for the subscription to be live
-		_ = s.ps.Close()
+	sub, err := s.rc.Fixed(ctx, "toolmark-results", s.channel(), s.wake)
+	if err != nil {
+		if s.wrapped {
+			s.rc.CloseSubs()
+		}
 		return nil, err
 	}
-	go s.dispatch()
+	s.sub = sub
 	return s, nil
 }
 
@@ -69,16 +74,11 @@ func (s *RedisStore) ctx() (context.Context, func()) {
 
 // Close stops the subscription.
 func (s *RedisStore) Close() error {
-	err := s.ps.Close()
-	<-s.done
-	return err
-}
-
-func (s *RedisStore) dispatch() {
-	defer close(s.done)
-	for msg := range s.ps.Channel() {
-		s.wake(msg.Payload)
+	s.sub.Close()
+	if s.wrapped {
+		s.rc.CloseSubs()
 	}
+	return nil
 }
 
 func (s *RedisStore) wake(id string) {
