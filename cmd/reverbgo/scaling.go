@@ -23,7 +23,7 @@ import (
 // the in-memory implementations.
 type cluster struct {
 	rdb      *redisx.Client // the Redis layer: client, topology, the pub/sub loop
-	addr     string // the topology, for logs (no password)
+	addr     string         // the topology, for logs (no password)
 	node     string
 	prefix   string             // of this cluster's node-level keys in Redis
 	keys     *channels.KeySpace // every key and pub/sub channel name (scaling.routing decides the layout)
