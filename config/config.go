@@ -180,6 +180,10 @@ type App struct {
 	MaxPresenceMembers int `mapstructure:"max_presence_members"`
 	// MaxBatchSize of batch_events (default 10).
 	MaxBatchSize int `mapstructure:"max_batch_size"`
+	// SubscriptionCount sends Pusher's pusher_internal:subscription_count to the subscribers
+	// of every channel that is not presence when its cluster-wide count changes (at most once
+	// a second per channel; default false).
+	SubscriptionCount bool `mapstructure:"subscription_count"`
 	// Toolmark configures the embedded bridge.
 	Toolmark Toolmark `mapstructure:"toolmark"`
 	// Webhooks receive signed event batches.

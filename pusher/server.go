@@ -94,6 +94,7 @@ type Server struct {
 	activeMu sync.Mutex     // orders active.Add against Shutdown setting draining
 
 	reconcile presenceReconcile // presence_reconcile.go
+	counts    subCounts         // Pusher's subscription counts (subcount.go)
 }
 
 // NewServer builds a server over a validated config.
@@ -111,6 +112,7 @@ func NewServer(opts Options) *Server {
 		now:      opts.Now,
 		stop:     make(chan struct{}),
 	}
+	s.counts.s = s
 	s.tasksCtx, s.cancelTasks = context.WithCancel(context.Background())
 	if s.reg == nil {
 		s.reg = channels.NewRegistry(channels.Options{})

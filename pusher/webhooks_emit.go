@@ -35,6 +35,9 @@ func (s *Server) SubscriptionCount(ctx context.Context, appID, channel string) (
 // emitCount tells the webhooks that a channel's subscriber count changed; they debounce
 // it into one subscription_count. Presence channels have none, as on Pusher.
 func (s *Server) emitCount(appID, channel string) {
+	if s.wantsCount(appID, channel) {
+		s.counts.changed(appID, channel)
+	}
 	if !channels.KindOf(channel).IsPresence() && s.wants(appID, "subscription_count") {
 		s.hooks.Emit(appID, map[string]any{"name": "subscription_count", "channel": channel})
 	}
