@@ -90,13 +90,7 @@ func (s *RedisStore) wake(id string) {
 	delete(s.watchers, id)
 }
 
-var putManifestScript = redis.NewScript(`
-local c = redis.call('HMGET', KEYS[1], 'client', 'rev')
-if c[1] == ARGV[1] and tonumber(c[2]) > tonumber(ARGV[2]) then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'client', ARGV[1], 'rev', ARGV[2], 'json', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return 1`)
+var putManifestScript = redisx.Script("bridge_put_manifest")
 
 // PutManifest implements Store.
 func (s *RedisStore) PutManifest(ctx context.Context, k ConvKey, m Manifest, ttl time.Duration) (bool, error) {
@@ -124,12 +118,7 @@ func (s *RedisStore) GetManifest(ctx context.Context, k ConvKey) (*Manifest, err
 	return &m, nil
 }
 
-var changeRevScript = redis.NewScript(`
-local c = redis.call('HMGET', KEYS[1], 'client', 'rev')
-if c[1] ~= ARGV[1] then return 0 end
-if tonumber(ARGV[2]) > tonumber(c[2]) then redis.call('HSET', KEYS[1], 'rev', ARGV[2]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1`)
+var changeRevScript = redisx.Script("bridge_change_rev")
 
 // ChangeRev implements Store.
 func (s *RedisStore) ChangeRev(ctx context.Context, k ConvKey, clientID string, rev int64, ttl time.Duration) (bool, error) {
@@ -137,11 +126,7 @@ func (s *RedisStore) ChangeRev(ctx context.Context, k ConvKey, clientID string, 
 	return n == 1, err
 }
 
-var bindScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'b', ARGV[1], 'dl', ARGV[2], 'st', '0')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1`)
+var bindScript = redisx.Script("bridge_bind")
 
 // Bind implements Store.
 func (s *RedisStore) Bind(ctx context.Context, b Binding, ttl time.Duration) error {
@@ -173,20 +158,7 @@ func (s *RedisStore) GetBinding(ctx context.Context, id string) (*Binding, error
 }
 
 // claimResultScript returns the ClaimOutcome number; the order matches the Go constants.
-var claimResultScript = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'st', 'dl')
-if not st[1] then return 1 end
-if st[1] == '1' then return 2 end
-if st[1] == '2' then return 3 end
-if tonumber(ARGV[2]) > tonumber(st[2]) then return 4 end
-if ARGV[3] == '1' then
-  if redis.call('EXISTS', KEYS[2]) == 1 then return 5 end
-  redis.call('HSET', KEYS[2], 'c', ARGV[4], 'claimed', '0')
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
-end
-redis.call('HSET', KEYS[1], 'st', '1', 'r', ARGV[1])
-redis.call(ARGV[8], KEYS[3], ARGV[7])
-return 0`)
+var claimResultScript = redisx.Script("bridge_claim_result")
 
 // ClaimResult implements Store.
 func (s *RedisStore) ClaimResult(ctx context.Context, id string, result json.RawMessage, now time.Time,
@@ -210,15 +182,7 @@ func (s *RedisStore) ClaimResult(ctx context.Context, id string, result json.Raw
 
 // claimTimeoutScript settles a call; the result is handed out once and then dropped, so a
 // finished call keeps only its binding and state (for 403/409) until its TTL.
-var claimTimeoutScript = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'st', 'r')
-if not st[1] then return {1, ''} end
-if st[1] == '1' then
-  if st[2] then redis.call('HDEL', KEYS[1], 'r') else st[2] = '' end
-  return {0, st[2]}
-end
-redis.call('HSET', KEYS[1], 'st', '2')
-return {1, ''}`)
+var claimTimeoutScript = redisx.Script("bridge_claim_timeout")
 
 // ClaimTimeout implements Store.
 func (s *RedisStore) ClaimTimeout(ctx context.Context, id string) (json.RawMessage, bool, error) {
@@ -282,11 +246,7 @@ func (s *RedisStore) GetConfirm(ctx context.Context, app, confirmID string) (*Co
 	return &c, nil
 }
 
-var claimConfirmScript = redis.NewScript(`
-local c = redis.call('HGET', KEYS[1], 'claimed')
-if c ~= '0' then return 0 end
-redis.call('HSET', KEYS[1], 'claimed', '1')
-return 1`)
+var claimConfirmScript = redisx.Script("bridge_claim_confirm")
 
 // ClaimConfirm implements Store.
 func (s *RedisStore) ClaimConfirm(ctx context.Context, app, confirmID string) (bool, error) {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // RedisNodes is the cluster's NodeRegistry in Redis: one sorted set (prefix+"nodes", node ->
@@ -74,12 +76,7 @@ type redisNodeBackend struct{ r *RedisNodes }
 
 // beatScript: KEYS[1] the node set, KEYS[2..] the node's keys; ARGV node, now, dead-before,
 // key TTL (ms). It answers 1 when the node was unknown or silent since before dead-before.
-var beatScript = redis.NewScript(`
-local prev = redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-for i = 2, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
-if not prev or tonumber(prev) < tonumber(ARGV[3]) then return 1 end
-return 0`)
+var beatScript = redisx.Script("channels_beat")
 
 func (b redisNodeBackend) beat(ctx context.Context, node string, now, deadBefore time.Time, keys []string) (bool, error) {
 	n, err := beatScript.Run(ctx, b.r.rdb, append([]string{b.r.key()}, keys...),
@@ -100,11 +97,7 @@ func (b redisNodeBackend) dead(ctx context.Context, cutoff time.Time) ([]string,
 const reapingMark = -1
 
 // markScript marks node ARGV[1] as being reaped unless it heartbeated after ARGV[2].
-var markScript = redis.NewScript(`
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s and tonumber(s) > tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-return 1`)
+var markScript = redisx.Script("channels_mark")
 
 func (b redisNodeBackend) mark(ctx context.Context, node string, cutoff time.Time) (bool, error) {
 	n, err := markScript.Run(ctx, b.r.rdb, []string{b.r.key()}, node, cutoff.UnixMilli(), reapingMark).Int()
@@ -112,12 +105,7 @@ func (b redisNodeBackend) mark(ctx context.Context, node string, cutoff time.Tim
 }
 
 // unlistScript forgets node ARGV[1] and deletes KEYS[2..] if it is still marked as reaped.
-var unlistScript = redis.NewScript(`
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
-return 1`)
+var unlistScript = redisx.Script("channels_unlist")
 
 func (b redisNodeBackend) unlist(ctx context.Context, node string, cutoff time.Time, keys []string) error {
 	return unlistScript.Run(ctx, b.r.rdb, append([]string{b.r.key()}, keys...), node, reapingMark).Err()

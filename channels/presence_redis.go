@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // DefaultNodeTimeout is scaling.node_timeout's default: within this long after a node
@@ -140,16 +142,7 @@ func splitEntry(e string) (app, ch, socket, user string, ok bool) {
 // heartbeat set). A node that is not in the heartbeat set or is being reaped (RedisNodes'
 // mark: reaped, or closed and reaping itself) is refused with -1: every membership in Redis is then owned by a node some survivor
 // will reap, so no join landing late can leave a ghost member.
-var joinScript = redis.NewScript(`
-local alive = redis.call('ZSCORE', KEYS[5], ARGV[5])
-if not alive or tonumber(alive) < 0 then return -1 end
-local prev = redis.call('HGET', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-redis.call('SADD', KEYS[4], ARGV[4])
-if prev == ARGV[2] then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-if redis.call('HINCRBY', KEYS[3], ARGV[2], 1) == 1 then return 1 end
-return 0`)
+var joinScript = redisx.Script("channels_join")
 
 // Join implements PresenceStore. A node the cluster does not list (before its first
 // heartbeat, or reaped during a pause) heartbeats first, which rejoins what it holds; after
@@ -223,19 +216,7 @@ func (p *RedisPresence) rejoinEntry(ctx context.Context, e string, m Member) err
 
 // leaveScript answers 1 for the user's last socket in the channel, 0 for another one, and -1
 // when Redis does not hold the membership at all (it lost it: a restart or a failover).
-var leaveScript = redis.NewScript(`
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
-  redis.call('SREM', KEYS[4], ARGV[3])
-  return -1
-end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('SREM', KEYS[4], ARGV[3])
-if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
-  redis.call('HDEL', KEYS[3], ARGV[2])
-  redis.call('HDEL', KEYS[1], ARGV[2])
-  return 1
-end
-return 0`)
+var leaveScript = redisx.Script("channels_leave")
 
 // Leave implements PresenceStore. When Redis cannot be reached the leave is remembered and
 // retried by the heartbeat, which reports a last leave through OnGone.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // The RedisPresence's part in the node registry (RedisNodes): the NodeState it tracks,
@@ -211,27 +211,7 @@ func (p *RedisPresence) retryLeaves(ctx context.Context) error {
 // membership another reaper already removed (SREM answers 0) is skipped, so concurrent
 // reapers remove each exactly once. It returns {done, i, ...}: the 1-based indexes of the
 // memberships whose user lost their last socket in the channel.
-var reapScript = redis.NewScript(`
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if score and tonumber(score) > tonumber(ARGV[2]) then return {1} end
-local out = {0}
-local n = (#ARGV - 2) / 3
-for i = 1, n do
-  local e, socket, user = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
-  if redis.call('SREM', KEYS[1], e) == 1 then
-    local S, C, U = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
-    if redis.call('HGET', S, socket) == user then
-      redis.call('HDEL', S, socket)
-      if redis.call('HINCRBY', C, user, -1) <= 0 then
-        redis.call('HDEL', C, user)
-        redis.call('HDEL', U, user)
-        table.insert(out, i)
-      end
-    end
-  end
-end
-if redis.call('SCARD', KEYS[1]) == 0 then out[1] = 1 end
-return out`)
+var reapScript = redisx.Script("channels_reap")
 
 // Reap removes a node whose last heartbeat is not after cutoff, batch by batch, calling
 // OnGone for each user who left; it returns how many did. Survivors may reap the same node

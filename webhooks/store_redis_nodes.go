@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // The RedisStore's part in the cluster's one node registry (channels.NodeRegistry): with
@@ -20,18 +20,7 @@ func (s *RedisStore) UseNodeRegistry() { s.external = true }
 // reapNodeScript removes up to ARGV[3] channels of node ARGV[1] (a dead node, as the registry
 // decided), holding channel_vacated (due ARGV[2]) for the channels only it had; it returns 1
 // once the node has none left (and forgets its occupy time in KEYS[1]), 0 when more remain.
-var reapNodeScript = redis.NewScript(`
-for _, f in ipairs(redis.call('SPOP', KEYS[2], tonumber(ARGV[3]))) do
-  if redis.call('HINCRBY', KEYS[3], f, -1) <= 0 then
-    redis.call('HDEL', KEYS[3], f)
-    redis.call('ZADD', KEYS[4], ARGV[2], 'v\0' .. f)
-  end
-end
-if redis.call('SCARD', KEYS[2]) == 0 then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  return 1
-end
-return 0`)
+var reapNodeScript = redisx.Script("webhooks_reap_node")
 
 // ReapNode removes a reaped node's occupancy, batch by batch: the channels only it occupied
 // are held as vacated (due now), as when their last subscriber leaves. SPOP hands each

@@ -1,0 +1,5 @@
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+return 1
