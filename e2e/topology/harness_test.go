@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -62,7 +63,7 @@ func newHarness(t *testing.T, bin string, top *testutil.Topology, scalingKeys st
 	channel := "faults" + uuid.NewString()[:8]
 	for range 3 {
 		addr := testutil.FreeAddr(t)
-		host, port, _ := cutPort(addr)
+		host, port, _ := net.SplitHostPort(addr)
 		cfg := fmt.Sprintf("server: {host: %s, port: %s}\napps:\n  - {app_id: %s, key: %s, secret: %s}\n"+
 			"scaling: {enabled: true, channel: %s, %s}\n", host, port, appID, appKey, appSecret, channel, scalingKeys)
 		h.nodes = append(h.nodes, testutil.StartReverbgo(t, bin, addr, cfg))
@@ -86,15 +87,6 @@ func newHarness(t *testing.T, bin string, top *testutil.Topology, scalingKeys st
 		h.clients = append(h.clients, c)
 	}
 	return h
-}
-
-func cutPort(addr string) (string, string, bool) {
-	for i := len(addr) - 1; i >= 0; i-- {
-		if addr[i] == ':' {
-			return addr[:i], addr[i+1:], true
-		}
-	}
-	return addr, "", false
 }
 
 type payload struct {
