@@ -103,16 +103,20 @@ func runScenario(t *testing.T, bin string, sc scenario) {
 		if w.lost == 0 {
 			return "-"
 		}
-		return "+" + w.lastLost.Sub(moment).Round(100*time.Millisecond).String()
+		d := w.lastLost.Sub(moment).Round(100 * time.Millisecond)
+		if d < 0 {
+			return d.String() // before the moment
+		}
+		return "+" + d.String()
 	}
 	published := res.before.published + res.during.published + res.after.published
 	accepted := res.before.accepted + res.during.accepted + res.after.accepted
 	// One line per scenario, for docs/benchmarks.md.
 	t.Logf("SUMMARY scenario=%s published=%d accepted=%d lost_before=%s lost_during=%s lost_after=%s "+
 		"not_accepted_after=%d duplicates=%d misrouted=%d dropped_sockets=%d first_delivery_after_change=%s "+
-		"fault_to_moment=%s last_lost_after=%s",
+		"fault_to_moment=%s last_lost_during=%s last_lost_after=%s",
 		sc.name, published, accepted, res.before, res.during, res.after, res.after.notAccepted,
-		res.duplicates, res.misrouted, res.dropped, first, moment.Sub(faultStart).Round(100*time.Millisecond), lastLost(res.after))
+		res.duplicates, res.misrouted, res.dropped, first, moment.Sub(faultStart).Round(100*time.Millisecond), lastLost(res.during), lastLost(res.after))
 
 	if res.dropped != 0 {
 		t.Errorf("%d of %d sockets dropped", res.dropped, subscribers)
