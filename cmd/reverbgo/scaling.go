@@ -75,7 +75,7 @@ func redisClient(sc config.Scaling, logger *slog.Logger) (*redisx.Client, string
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: s.MasterName, SentinelAddrs: s.Addrs, Password: s.Password, ContextTimeoutEnabled: true,
 		})
-		return redisx.New(rdb, &redisx.SentinelOptions{Addrs: s.Addrs, MasterName: s.MasterName}, logger),
+		return redisx.New(rdb, &redisx.SentinelOptions{Addrs: s.Addrs, MasterName: s.MasterName, DataPassword: s.Password}, logger),
 			"sentinel " + s.MasterName + "@" + strings.Join(s.Addrs, ","), nil
 	case sc.RedisCluster.Set():
 		c := sc.RedisCluster

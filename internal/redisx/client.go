@@ -63,6 +63,17 @@ type Client struct {
 	sentinels []string
 	master    string
 	password  string
+	dataOpts  redis.Options // the master's options but its address (password, db)
+
+	// Sentinel: the pub/sub plane (every publish and subscription of the node's pub/sub
+	// loop and of the broker) goes to the master the watcher last named, through a plain
+	// client, so publishes and subscriptions move at one moment on every node (they all
+	// watch the same sentinel first) instead of whenever go-redis's own listener (on any
+	// sentinel) hears of it: a publish still going to a demoted master is delivered only to
+	// whoever is still subscribed there.
+	pmu     sync.RWMutex
+	pub     *redis.Client
+	pubAddr string
 
 	mu       sync.Mutex
 	switches []func()
@@ -79,7 +90,10 @@ type Client struct {
 type SentinelOptions struct {
 	Addrs      []string
 	MasterName string
-	Password   string // of the sentinels (the data password is the client's)
+	Password   string // of the sentinels
+	// DataPassword and DB are the master's (what the failover client uses).
+	DataPassword string
+	DB           int
 }
 
 // New wraps rdb. The topology is the client's type (a ClusterClient is Cluster), or
@@ -99,8 +113,69 @@ func New(rdb redis.UniversalClient, sentinel *SentinelOptions, logger *slog.Logg
 		c.sentinels = sentinel.Addrs
 		c.master = sentinel.MasterName
 		c.password = sentinel.Password
+		c.dataOpts = redis.Options{Password: sentinel.DataPassword, DB: sentinel.DB, ContextTimeoutEnabled: true}
+		c.mu.Lock()
+		c.watching = true
+		c.mu.Unlock()
+		c.wg.Add(1)
+		go c.watchSentinels()
 	}
 	return c
+}
+
+// plane is the client of the pub/sub plane: on Sentinel the plain client of the master the
+// watcher named (the failover client until it named one), else the client itself.
+func (c *Client) plane() redis.UniversalClient {
+	if c.topo != Sentinel {
+		return c.UniversalClient
+	}
+	c.pmu.RLock()
+	defer c.pmu.RUnlock()
+	if c.pub != nil {
+		return c.pub
+	}
+	return c.UniversalClient
+}
+
+// Pipeline is the pub/sub plane's pipeline (the broker's publishes and their cache writes).
+func (c *Client) Pipeline() redis.Pipeliner { return c.plane().Pipeline() }
+
+// Subscribe and SSubscribe open a subscription on the pub/sub plane.
+func (c *Client) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return c.plane().Subscribe(ctx, channels...)
+}
+
+func (c *Client) SSubscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return c.plane().SSubscribe(ctx, channels...)
+}
+
+// useMaster points the pub/sub plane at addr; it reports whether that changed anything.
+func (c *Client) useMaster(addr string) bool {
+	c.pmu.Lock()
+	if addr == "" || addr == c.pubAddr {
+		c.pmu.Unlock()
+		return false
+	}
+	opts := c.dataOpts
+	opts.Addr = addr
+	old := c.pub
+	c.pub, c.pubAddr = redis.NewClient(&opts), addr
+	c.pmu.Unlock()
+	if old != nil {
+		// Publishes in flight on the old master finish (or fail and are retried) first.
+		time.AfterFunc(10*time.Second, func() { _ = old.Close() })
+	}
+	return true
+}
+
+// switched tells every Sub that the master changed.
+func (c *Client) switched() {
+	c.mu.Lock()
+	fns := append([]func(){}, c.switches...)
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
 }
 
 func isCluster(rdb redis.UniversalClient) bool {
@@ -116,10 +191,11 @@ func (c *Client) Sharded() bool { return c.topo == Cluster }
 
 // Publish publishes payload on channel with the topology's command (SPUBLISH on Cluster).
 func (c *Client) PublishTo(ctx context.Context, channel string, payload any) error {
+	p := c.plane()
 	if c.Sharded() {
-		return c.SPublish(ctx, channel, payload).Err()
+		return p.SPublish(ctx, channel, payload).Err()
 	}
-	return c.Publish(ctx, channel, payload).Err()
+	return p.Publish(ctx, channel, payload).Err()
 }
 
 // Resubscribes is how many times a Sub of this client re-made its subscription for cause.
@@ -162,13 +238,7 @@ func (c *Client) onSwitch(fn func()) {
 	}
 	c.mu.Lock()
 	c.switches = append(c.switches, fn)
-	start := !c.watching && c.ctx.Err() == nil
-	c.watching = true
 	c.mu.Unlock()
-	if start {
-		c.wg.Add(1)
-		go c.watchSentinels()
-	}
 }
 
 // watchSentinels follows +switch-master on one sentinel at a time, moving to the next when
@@ -181,6 +251,14 @@ func (c *Client) watchSentinels() {
 		addr := c.sentinels[i%len(c.sentinels)]
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: c.password, DialTimeout: time.Second})
 		ps := sc.Subscribe(c.ctx, "+switch-master")
+		// Whatever was missed while not listening: the sentinel's current answer.
+		qctx, cancel := context.WithTimeout(c.ctx, time.Second)
+		if a, err := sc.GetMasterAddrByName(qctx, c.master).Result(); err == nil && len(a) == 2 {
+			if c.useMaster(net.JoinHostPort(a[0], a[1])) && i > 0 {
+				c.switched()
+			}
+		}
+		cancel()
 		for c.ctx.Err() == nil {
 			msg, err := ps.ReceiveTimeout(c.ctx, 30*time.Second)
 			if err != nil {
@@ -197,16 +275,13 @@ func (c *Client) watchSentinels() {
 			if !ok || m.Channel != "+switch-master" {
 				continue
 			}
-			if name, _, _ := strings.Cut(m.Payload, " "); name != c.master {
+			f := strings.Fields(m.Payload) // <name> <old-ip> <old-port> <new-ip> <new-port>
+			if len(f) != 5 || f[0] != c.master {
 				continue
 			}
-			c.log.Warn("redis sentinel switched master; re-making subscriptions", "master", c.master, "switch", m.Payload)
-			c.mu.Lock()
-			fns := append([]func(){}, c.switches...)
-			c.mu.Unlock()
-			for _, fn := range fns {
-				fn()
-			}
+			c.log.Warn("redis sentinel switched master; moving publishes and subscriptions", "master", c.master, "switch", m.Payload)
+			c.useMaster(net.JoinHostPort(f[3], f[4]))
+			c.switched()
 		}
 		_ = ps.Close()
 		_ = sc.Close()
@@ -231,6 +306,11 @@ func (c *Client) Close() error {
 		s.Close()
 	}
 	c.wg.Wait()
+	c.pmu.Lock()
+	if c.pub != nil {
+		_ = c.pub.Close()
+	}
+	c.pmu.Unlock()
 	return c.UniversalClient.Close()
 }
 
