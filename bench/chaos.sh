@@ -8,7 +8,9 @@
 # every webhook was delivered or counted dropped and that RSS and goroutines stayed flat.
 #
 #   bench/chaos.sh                                   # 30 minutes, standalone Redis
-#   bench/chaos.sh --topology sentinel               # Sentinel, failovers instead of restarts
+#   bench/chaos.sh --topology sentinel               # Sentinel: + planned failover, master SIGKILL + restart
+#   bench/chaos.sh --topology cluster                # Cluster, a replica per master: + reshard a third
+#                                                    # of the slots back and forth, CLUSTER FAILOVER
 #   bench/chaos.sh --duration 4m --fault-every 45s   # a short run
 #
 # Every flag is passed to bench/chaos (go run ./bench/chaos -h lists them). Loopback only.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/channels"
@@ -21,14 +22,38 @@ import (
 // each test leaves its topology serving). The black-box version, three processes under load,
 // is e2e/topology.
 
+// nodeOn builds one node (registry over an interest- or broadcast-routed broker) on the
+// shared pub/sub channel ch, as routedNodes does, once its subscription connections are made.
+// The tests make their control node this way after the change, so its connections are made
+// on the new shape.
+func nodeOn(t *testing.T, rdb redis.UniversalClient, ch string, routing channels.Routing) *channels.Registry {
+	t.Helper()
+	keys := channels.NewKeySpace(ch, routing == channels.RoutingInterest)
+	b, err := channels.NewRedisBroker(context.Background(), rdb, channels.RedisBrokerOptions{Channel: ch, Routing: routing, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	reg := channels.NewRegistry(channels.Options{Broker: b})
+	b.Start(reg.DeliverLocal)
+	select {
+	case <-b.Dialled():
+	case <-time.After(10 * time.Second):
+		t.Fatal("subscription connections never made")
+	}
+	return reg
+}
+
 // settleAfterChange is how long after Redis changed shape a node may take to subscribe again:
 // every publish from then on must be delivered (issue 24's "done when").
 const settleAfterChange = 2 * time.Second
 
 // publishAcross publishes "seq-N" from node a on channel every 50 ms for settle+2 s from
-// moment, then checks that the sink on the other node received every one sent from
-// moment+settle on (waiting up to 2 s for the last), and logs when the first arrived.
-func publishAcross(t *testing.T, a *channels.Registry, sink *channelstest.Sink, name string, moment time.Time) {
+// moment, then checks that each sink received every one sent from moment+settle on (waiting
+// up to 2 s for the last), and logs when the first arrived. The tests pass a control sink
+// subscribed on a fresh node after the change besides the node under test: it receives
+// everything today, so a failure is the old node's subscription, not the publishes.
+func publishAcross(t *testing.T, a *channels.Registry, name string, moment time.Time, sinks ...*channelstest.Sink) {
 	t.Helper()
 	var from []string // the frames sent from moment+settle on
 	sent := map[string]time.Time{}
@@ -42,27 +67,31 @@ func publishAcross(t *testing.T, a *channels.Registry, sink *channelstest.Sink, 
 		time.Sleep(50 * time.Millisecond) // the publish rate
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	for !allReceived(sink.Frames(), from) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	got := sink.Frames()
-	first := "none"
-	for _, f := range got {
-		if at, ok := sent[f]; ok {
-			first = at.Sub(moment).Round(time.Millisecond).String() + " after the change"
-			break
+	for _, sink := range sinks {
+		for !allReceived(sink.Frames(), from) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	var missing []string
-	for _, f := range from {
-		if !slices.Contains(got, f) {
-			missing = append(missing, f)
+	for _, sink := range sinks {
+		got := sink.Frames()
+		first := "none"
+		for _, f := range got {
+			if at, ok := sent[f]; ok {
+				first = at.Sub(moment).Round(time.Millisecond).String() + " after the change"
+				break
+			}
 		}
-	}
-	t.Logf("first delivered publish sent %s; %d of the %d sent from %s after it missing", first, len(missing), len(from), settleAfterChange)
-	if len(missing) > 0 {
-		t.Fatalf("%d of %d publishes sent from %s after the change never arrived (first missing %s, last %s)",
-			len(missing), len(from), settleAfterChange, missing[0], missing[len(missing)-1])
+		var missing []string
+		for _, f := range from {
+			if !slices.Contains(got, f) {
+				missing = append(missing, f)
+			}
+		}
+		t.Logf("sink %s: first delivered publish sent %s; %d of the %d sent from %s after it missing", sink.ID, first, len(missing), len(from), settleAfterChange)
+		if len(missing) > 0 {
+			t.Errorf("sink %s: %d of %d publishes sent from %s after the change never arrived (first missing %s, last %s)",
+				sink.ID, len(missing), len(from), settleAfterChange, missing[0], missing[len(missing)-1])
+		}
 	}
 }
 
@@ -95,8 +124,9 @@ func TestSubscriptionFollowsAMovedSlot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 			t.Cleanup(func() { _ = rdb.Close() })
-			regs, _, keys := routedNodes(t, rdb, 2, tc.routing)
-			a, b := regs[0], regs[1]
+			ch := "test:" + uuid.NewString()
+			keys := channels.NewKeySpace(ch, tc.routing == channels.RoutingInterest)
+			a, b := nodeOn(t, rdb, ch, tc.routing), nodeOn(t, rdb, ch, tc.routing)
 			const name = "private-moved"
 			sink := &channelstest.Sink{ID: "9.1"}
 			channelstest.Subscribe(t, b, "app", name, sink)
@@ -122,7 +152,12 @@ func TestSubscriptionFollowsAMovedSlot(t *testing.T) {
 				}
 			})
 			t.Logf("slot %d of %s moved from %s to %s", slot, tc.topic(keys, "app", name), fromAddr, toAddr)
-			publishAcross(t, a, sink, name, moment)
+			// The control node has a client of its own, whose slot map is read now.
+			fresh := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+			t.Cleanup(func() { _ = fresh.Close() })
+			control := &channelstest.Sink{ID: "control"}
+			channelstest.Subscribe(t, nodeOn(t, fresh, ch, tc.routing), "app", name, control)
+			publishAcross(t, a, name, moment, sink, control)
 		})
 	}
 }
@@ -137,8 +172,8 @@ func TestSubscriptionFollowsASentinelFailover(t *testing.T) {
 	}
 	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Master, SentinelAddrs: st.Addrs})
 	t.Cleanup(func() { _ = rdb.Close() })
-	regs, _, _ := routedNodes(t, rdb, 2, channels.RoutingInterest)
-	a, b := regs[0], regs[1]
+	ch := "test:" + uuid.NewString()
+	a, b := nodeOn(t, rdb, ch, channels.RoutingInterest), nodeOn(t, rdb, ch, channels.RoutingInterest)
 	const name = "private-failover"
 	sink := &channelstest.Sink{ID: "9.2"}
 	channelstest.Subscribe(t, b, "app", name, sink)
@@ -152,20 +187,58 @@ func TestSubscriptionFollowsASentinelFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A failover is refused while the last one settles or no replica is in sync: retry.
-	testutil.WaitForWithin(t, 30*time.Second, "SENTINEL FAILOVER to be accepted", func() bool {
-		err := sc.Failover(ctx, st.Master).Err()
-		if err != nil && !strings.Contains(err.Error(), "INPROG") && !strings.Contains(err.Error(), "NOGOODSLAVE") {
-			t.Fatal(err)
+	// A failover needs a replica in sync (after an earlier run's failover the demoted master
+	// may still be re-syncing): wait for one, as its own INFO says.
+	testutil.WaitForWithin(t, 60*time.Second, "a replica in sync with the master", func() bool {
+		reps, err := sc.Replicas(ctx, st.Master).Result()
+		if err != nil {
+			return false
 		}
-		return err == nil
+		for _, r := range reps {
+			c := redis.NewClient(&redis.Options{Addr: r["ip"] + ":" + r["port"]})
+			info, err := c.Info(ctx, "replication").Result()
+			_ = c.Close()
+			if err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0") &&
+				!strings.Contains(r["flags"], "down") && !strings.Contains(r["flags"], "disconnected") {
+				return true
+			}
+		}
+		return false
 	})
+	// A failover is refused while the last one settles, and one the sentinel accepted may
+	// still be aborted (its view of the replicas lags a recent failover): ask again every
+	// 8 s until the sentinel names a new master.
 	var moment time.Time
-	testutil.WaitForWithin(t, 20*time.Second, "the sentinel to name a new master", func() bool {
+	asked := time.Time{}
+	testutil.WaitForWithin(t, 60*time.Second, "the sentinel to name a new master", func() bool {
+		if time.Since(asked) > 8*time.Second {
+			err := sc.Failover(ctx, st.Master).Err()
+			if err != nil && !strings.Contains(err.Error(), "INPROG") && !strings.Contains(err.Error(), "NOGOODSLAVE") {
+				t.Fatal(err)
+			}
+			if err == nil {
+				asked = time.Now()
+			}
+		}
 		now, err := sc.GetMasterAddrByName(ctx, st.Master).Result()
 		moment = time.Now()
 		return err == nil && !slices.Equal(now, old)
 	})
 	t.Logf("master %v → new master named after the failover", old)
-	publishAcross(t, a, sink, name, moment)
+	// The control node has a client of its own, which asks a sentinel for the master once
+	// every sentinel names the new one.
+	newMaster, _ := sc.GetMasterAddrByName(ctx, st.Master).Result()
+	for _, addr := range st.Addrs[1:] {
+		other := redis.NewSentinelClient(&redis.Options{Addr: addr})
+		testutil.WaitForWithin(t, 10*time.Second, "sentinel "+addr+" to name the new master", func() bool {
+			m, err := other.GetMasterAddrByName(ctx, st.Master).Result()
+			return err == nil && slices.Equal(m, newMaster)
+		})
+		_ = other.Close()
+	}
+	fresh := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Master, SentinelAddrs: st.Addrs})
+	t.Cleanup(func() { _ = fresh.Close() })
+	control := &channelstest.Sink{ID: "control"}
+	channelstest.Subscribe(t, nodeOn(t, fresh, ch, channels.RoutingInterest), "app", name, control)
+	publishAcross(t, a, name, moment, sink, control)
 }

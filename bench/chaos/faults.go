@@ -62,6 +62,12 @@ func (s *chaos) inject(ctx context.Context, fault string, n *node) error {
 		return s.restartRedis(ctx)
 	case "failover":
 		return s.failover(ctx)
+	case "master-kill":
+		return s.masterKill(ctx)
+	case "reshard":
+		return s.reshard(ctx)
+	case "cluster-failover":
+		return s.clusterFailover(ctx)
 	}
 	return fmt.Errorf("unknown fault %q", fault)
 }

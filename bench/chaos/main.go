@@ -80,7 +80,7 @@ func run(args []string, out io.Writer) int {
 	fs.StringVar(&o.bin, "bin", "bin/reverbgo", "reverbgo binary")
 	fs.StringVar(&o.root, "root", ".", "repository root (for scripts/redis-topologies.sh)")
 	fs.StringVar(&o.out, "out", "", "folder for configs and node logs (default a new temporary one)")
-	fs.StringVar(&o.topology, "topology", "standalone", "standalone | sentinel")
+	fs.StringVar(&o.topology, "topology", "standalone", "standalone | sentinel | cluster (3 masters with a replica each)")
 	fs.DurationVar(&o.duration, "duration", 30*time.Minute, "how long to run")
 	fs.DurationVar(&o.every, "fault-every", 2*time.Minute, "time between faults")
 	fs.IntVar(&o.nodeTimeout, "node-timeout", 5, "scaling.node_timeout of the nodes (s)")
@@ -120,7 +120,7 @@ func (s *chaos) run(parent context.Context) (bool, error) {
 	o := s.o
 	s.logf("chaos: %s topology, %s, a fault every %s; logs in %s", o.topology, o.duration, o.every, o.out)
 	s.redisDir = filepath.Join(o.out, "redis")
-	env, err := startRedis(o.root, o.topology, s.redisDir)
+	env, err := startRedis(o.root, scriptTopology(o.topology), s.redisDir)
 	if err != nil {
 		return false, err
 	}
@@ -160,10 +160,7 @@ func (s *chaos) run(parent context.Context) (bool, error) {
 		return false, ctx.Err()
 	}
 	s.check(ctx, "start", "-", 0)
-	faults := []string{"kill", "stop", "term", "redis"}
-	if o.topology == "sentinel" {
-		faults[3] = "failover"
-	}
+	faults := faultsFor(o.topology)
 	end := time.Now().Add(o.duration)
 	for k := 0; time.Now().Before(end) && ctx.Err() == nil; k++ {
 		if !sleepCtx(ctx, o.every) {
@@ -181,7 +178,7 @@ func (s *chaos) run(parent context.Context) (bool, error) {
 }
 
 func targetName(fault string, n *node) string {
-	if fault == "redis" || fault == "failover" {
+	if redisFault(fault) {
 		return "redis"
 	}
 	return "node " + strconv.Itoa(n.i)

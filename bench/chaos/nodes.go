@@ -75,6 +75,8 @@ func (o *options) writeConfig(n *node, env redisEnv, hook string) error {
 	switch o.topology {
 	case "sentinel":
 		scaling = fmt.Sprintf("redis_sentinel: {master_name: %s, addrs: [%s]}", env["SENTINEL_MASTER"], env["SENTINEL_ADDRS"])
+	case "cluster":
+		scaling = fmt.Sprintf("redis_cluster: {addrs: [%s]}", env["CLUSTER_ADDRS"])
 	default:
 		scaling = "redis_url: " + env["REDIS_URL"]
 	}
