@@ -42,7 +42,7 @@ func (s *chaos) postPage(ctx context.Context, n *node, p *page, c *conn, token s
 		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Socket-ID", c.id)
+	req.Header.Set("X-Socket-ID", c.ID)
 	if token != "" {
 		req.Header.Set("X-Toolmark-Token", token)
 	}
@@ -75,7 +75,7 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 		go func() {
 			defer once.Do(func() { close(dead) })
 			for {
-				f, err := c.read()
+				f, err := c.Read()
 				if err != nil {
 					return
 				}
@@ -84,7 +84,7 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 					var d struct {
 						Token string `json:"token"`
 					}
-					_ = json.Unmarshal([]byte(f.str()), &d)
+					_ = json.Unmarshal([]byte(f.Str()), &d)
 					select {
 					case sessions <- d.Token:
 					default:
@@ -94,9 +94,9 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 				}
 			}
 		}()
-		data := map[string]string{"channel": ch, "auth": appKey + ":" + privateSig(c.id, ch)}
-		if err := c.send(map[string]any{"event": "pusher:subscribe", "data": data}); err != nil {
-			c.ws.Close()
+		data := map[string]string{"channel": ch, "auth": appKey + ":" + privateSig(c.ID, ch)}
+		if err := c.Send(map[string]any{"event": "pusher:subscribe", "data": data}); err != nil {
+			c.WS.Close()
 			continue
 		}
 		var token string
@@ -113,7 +113,7 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 		})
 		if err != nil || st != http.StatusNoContent {
 			s.logf("page %s manifest: %d %s %v", p.conv, st, body, err)
-			c.ws.Close()
+			c.WS.Close()
 			sleepCtx(ctx, time.Second)
 			continue
 		}
@@ -128,7 +128,7 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 		p.mu.Lock()
 		p.ready = time.Time{}
 		p.mu.Unlock()
-		c.ws.Close()
+		c.WS.Close()
 	}
 }
 
@@ -141,7 +141,7 @@ func (s *chaos) answer(ctx context.Context, p *page, c *conn, f frame) {
 			Input json.RawMessage `json:"input"`
 		} `json:"message"`
 	}
-	if json.Unmarshal([]byte(f.str()), &m) != nil || m.Message.Type != "call" {
+	if json.Unmarshal([]byte(f.Str()), &m) != nil || m.Message.Type != "call" {
 		return
 	}
 	_, token, _ := p.state()

@@ -86,7 +86,7 @@ func (s *chaos) burstJoin(ctx context.Context, n *node, user string) {
 	c, err := dialNode(ctx, n)
 	if err == nil {
 		if err = c.subscribe(room, user); err != nil {
-			c.ws.Close()
+			c.WS.Close()
 		}
 	}
 	if err != nil {
@@ -100,7 +100,7 @@ func (s *chaos) burstJoin(ctx context.Context, n *node, user string) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		c.ws.Close()
+		c.WS.Close()
 	}
 }
 

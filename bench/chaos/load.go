@@ -131,7 +131,7 @@ func (c *cluster) pick() *node {
 func (t *truth) watch(c *conn, onFrame func(frame), gone func()) {
 	go func() {
 		for {
-			f, err := c.read()
+			f, err := c.Read()
 			if err != nil {
 				break
 			}
@@ -161,7 +161,7 @@ func (s *chaos) joiner(ctx context.Context, g int) {
 		if err == nil {
 			err = c.subscribe(room, user)
 			if err != nil {
-				c.ws.Close()
+				c.WS.Close()
 			}
 		}
 		if err != nil {
@@ -183,7 +183,7 @@ func (s *chaos) joiner(ctx context.Context, g int) {
 		case <-time.After(time.Duration(3+rand.IntN(15)) * time.Second):
 		}
 		s.t.gate.RLock()
-		c.ws.Close()
+		c.WS.Close()
 		leave()
 		s.t.gate.RUnlock()
 	}
@@ -219,7 +219,7 @@ func (o *observer) onFrame(f frame) {
 				IDs []string `json:"ids"`
 			} `json:"presence"`
 		}
-		_ = json.Unmarshal([]byte(f.str()), &d)
+		_ = json.Unmarshal([]byte(f.Str()), &d)
 		o.members = map[string]bool{}
 		for _, id := range d.Presence.IDs {
 			o.members[id] = true
@@ -229,13 +229,13 @@ func (o *observer) onFrame(f frame) {
 		var d struct {
 			UserID string `json:"user_id"`
 		}
-		_ = json.Unmarshal([]byte(f.str()), &d)
+		_ = json.Unmarshal([]byte(f.Str()), &d)
 		o.members[d.UserID] = true
 	case "pusher_internal:member_removed":
 		var d struct {
 			UserID string `json:"user_id"`
 		}
-		_ = json.Unmarshal([]byte(f.str()), &d)
+		_ = json.Unmarshal([]byte(f.Str()), &d)
 		delete(o.members, d.UserID)
 	}
 }
@@ -260,8 +260,8 @@ func (s *chaos) runObserver(ctx context.Context, o *observer, n *node) {
 		o.alive, o.members = false, nil
 		o.mu.Unlock()
 		// The read loop feeds onFrame from the start: subscription_succeeded is read by it.
-		if err := c.send(map[string]any{"event": "pusher:subscribe", "data": presenceSub(c.id, o.room, o.user)}); err != nil {
-			c.ws.Close()
+		if err := c.Send(map[string]any{"event": "pusher:subscribe", "data": presenceSub(c.ID, o.room, o.user)}); err != nil {
+			c.WS.Close()
 			s.t.gate.RUnlock()
 			continue
 		}
@@ -279,7 +279,7 @@ func (s *chaos) runObserver(ctx context.Context, o *observer, n *node) {
 		select {
 		case <-dead:
 		case <-ctx.Done():
-			c.ws.Close()
+			c.WS.Close()
 			return
 		}
 	}
@@ -320,7 +320,7 @@ func (s *chaos) runFanSub(ctx context.Context, f *fanSub) {
 		c, err := dialNode(ctx, n)
 		if err == nil {
 			if err = c.subscribe(f.channel, ""); err != nil {
-				c.ws.Close()
+				c.WS.Close()
 			}
 		}
 		if err != nil {
@@ -339,7 +339,7 @@ func (s *chaos) runFanSub(ctx context.Context, f *fanSub) {
 			if fr.Event != f.event {
 				return
 			}
-			n, _ := strconv.Atoi(fr.str())
+			n, _ := strconv.Atoi(fr.Str())
 			f.mu.Lock()
 			if f.seen[n] {
 				f.dup++
@@ -360,7 +360,7 @@ func (s *chaos) runFanSub(ctx context.Context, f *fanSub) {
 		select {
 		case <-dead:
 		case <-ctx.Done():
-			c.ws.Close()
+			c.WS.Close()
 			return
 		}
 	}
@@ -441,7 +441,7 @@ func (s *chaos) sender(ctx context.Context, channel string, period time.Duration
 		c, err := dialNode(ctx, n)
 		if err == nil {
 			if err = c.subscribe(channel, ""); err != nil {
-				c.ws.Close()
+				c.WS.Close()
 			}
 		}
 		if err != nil {
@@ -450,7 +450,7 @@ func (s *chaos) sender(ctx context.Context, channel string, period time.Duration
 		}
 		go func() { // pings and anything else
 			for {
-				if _, err := c.read(); err != nil {
+				if _, err := c.Read(); err != nil {
 					return
 				}
 			}
@@ -460,7 +460,7 @@ func (s *chaos) sender(ctx context.Context, channel string, period time.Duration
 			<-tick.C
 			seq := int(s.pub.seq.Add(1))
 			at := time.Now()
-			if err := c.send(map[string]any{"event": "client-seq", "channel": channel, "data": strconv.Itoa(seq)}); err != nil {
+			if err := c.Send(map[string]any{"event": "client-seq", "channel": channel, "data": strconv.Itoa(seq)}); err != nil {
 				break
 			}
 			s.pub.mu.Lock()
@@ -469,7 +469,7 @@ func (s *chaos) sender(ctx context.Context, channel string, period time.Duration
 			s.stats.clientEvents.Add(1)
 		}
 		tick.Stop()
-		c.ws.Close()
+		c.WS.Close()
 	}
 }
 

@@ -90,15 +90,15 @@ func (s *soak) invalidFrames(ctx context.Context) {
 			sleepCtx(ctx, time.Second)
 			continue
 		}
-		_ = c.ws.UnderlyingConn().SetDeadline(time.Now().Add(15 * time.Second))
-		if _, err := c.ws.UnderlyingConn().Write(frames[i%len(frames)]); err == nil {
+		_ = c.WS.UnderlyingConn().SetDeadline(time.Now().Add(15 * time.Second))
+		if _, err := c.WS.UnderlyingConn().Write(frames[i%len(frames)]); err == nil {
 			for {
-				if _, err := c.read(); err != nil {
+				if _, err := c.Read(); err != nil {
 					break
 				}
 			}
 		}
-		c.ws.Close()
+		c.WS.Close()
 		s.c.bad.Add(1)
 		sleepCtx(ctx, 200*time.Millisecond)
 	}

@@ -30,7 +30,7 @@ func (s *soak) post(ctx context.Context, p *page, msg any) (int, string, error) 
 		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Socket-ID", p.c.id)
+	req.Header.Set("X-Socket-ID", p.c.ID)
 	if p.token != "" {
 		req.Header.Set("X-Toolmark-Token", p.token)
 	}
@@ -59,7 +59,7 @@ func (s *soak) openPage(ctx context.Context, i int) (*page, error) {
 			var d struct {
 				Token string `json:"token"`
 			}
-			_ = json.Unmarshal([]byte(f.str()), &d)
+			_ = json.Unmarshal([]byte(f.Str()), &d)
 			p.token = d.Token
 		}
 	}
@@ -88,7 +88,7 @@ func (s *soak) servePage(ctx context.Context, p *page, stop <-chan struct{}) {
 				Input json.RawMessage `json:"input"`
 			} `json:"message"`
 		}
-		if json.Unmarshal([]byte(ev.str()), &m) != nil || m.Message.Type != "call" {
+		if json.Unmarshal([]byte(ev.Str()), &m) != nil || m.Message.Type != "call" {
 			return
 		}
 		go func() {

@@ -68,7 +68,7 @@ func (s *soak) churn(ctx context.Context, i int) {
 		} else {
 			s.c.churn.Add(1)
 		}
-		c.ws.Close()
+		c.WS.Close()
 		sleepCtx(ctx, time.Duration(rand.IntN(50))*time.Millisecond)
 	}
 }
@@ -88,26 +88,26 @@ func (s *soak) listen(sub *subscriber, name string, stop <-chan struct{}, onEven
 	s.long = append(s.long, sub.c)
 	s.longMu.Unlock()
 	for {
-		ev, err := sub.c.read()
+		ev, err := sub.c.Read()
 		if err != nil {
 			select {
 			case <-stop:
 			default:
 				s.c.subErr.Add(1)
-				s.sample("long-lived socket %s ended: %v", sub.c.id, err)
+				s.sample("long-lived socket %s ended: %v", sub.c.ID, err)
 			}
 			return
 		}
 		switch ev.Event {
 		case name:
-			n, _ := strconv.ParseInt(ev.str(), 10, 64)
+			n, _ := strconv.ParseInt(ev.Str(), 10, 64)
 			if n != sub.last.Load()+1 {
 				s.c.fanDisorder.Add(1)
 			}
 			sub.last.Store(n)
 			sub.got.Add(1)
 		case "pusher:ping":
-			_ = sub.c.send(map[string]any{"event": "pusher:pong", "data": map[string]any{}})
+			_ = sub.c.Send(map[string]any{"event": "pusher:pong", "data": map[string]any{}})
 		default:
 			if onEvent != nil {
 				onEvent(ev)
@@ -183,7 +183,7 @@ func (s *soak) clientEvents(ctx context.Context, pairs int, rate float64, stop <
 			seq := int64(0)
 			every(ctx, time.Duration(float64(time.Second)/rate), func() {
 				seq++
-				if snd.send(map[string]any{"event": "client-soak", "channel": ch, "data": strconv.FormatInt(seq, 10)}) != nil {
+				if snd.Send(map[string]any{"event": "client-soak", "channel": ch, "data": strconv.FormatInt(seq, 10)}) != nil {
 					if ctx.Err() == nil {
 						s.c.ceErr.Add(1)
 					}
@@ -216,7 +216,7 @@ func (s *soak) presence(ctx context.Context, joiners int, stop <-chan struct{}) 
 			IDs []string `json:"ids"`
 		} `json:"presence"`
 	}
-	_ = json.Unmarshal([]byte(frames[len(frames)-1].str()), &d)
+	_ = json.Unmarshal([]byte(frames[len(frames)-1].Str()), &d)
 	for _, id := range d.Presence.IDs {
 		set[id] = true
 	}
@@ -224,7 +224,7 @@ func (s *soak) presence(ctx context.Context, joiners int, stop <-chan struct{}) 
 		var m struct {
 			UserID string `json:"user_id"`
 		}
-		_ = json.Unmarshal([]byte(ev.str()), &m)
+		_ = json.Unmarshal([]byte(ev.Str()), &m)
 		mu.Lock()
 		defer mu.Unlock()
 		switch ev.Event {
@@ -254,7 +254,7 @@ func (s *soak) presence(ctx context.Context, joiners int, stop <-chan struct{}) 
 					s.c.presJoin.Add(1)
 				}
 				sleepCtx(ctx, time.Duration(200+rand.IntN(800))*time.Millisecond)
-				c.ws.Close()
+				c.WS.Close()
 			}
 		}()
 	}
@@ -274,6 +274,6 @@ func (s *soak) closeLong() {
 	s.longMu.Lock()
 	defer s.longMu.Unlock()
 	for _, c := range s.long {
-		_ = c.ws.Close()
+		_ = c.WS.Close()
 	}
 }
