@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
 )
 
 const chaosUser = "chaos-user"
@@ -36,23 +34,7 @@ func (p *page) state() (*conn, string, time.Time) {
 }
 
 func (s *chaos) postPage(ctx context.Context, n *node, p *page, c *conn, token string, msg any) (int, string, error) {
-	b, _ := json.Marshal(msg)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.addr+"/toolmark/bridge/"+p.conv, bytes.NewReader(b))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Socket-ID", c.ID)
-	if token != "" {
-		req.Header.Set("X-Toolmark-Token", token)
-	}
-	resp, err := apiClient.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, string(body), nil
+	return benchkit.PostPage(ctx, apiClient, n.addr, p.conv, c.ID, token, msg)
 }
 
 // runPage keeps p open: connect, subscribe, manifest, answer calls; reload every 15-40 s.
@@ -79,18 +61,13 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 				if err != nil {
 					return
 				}
-				switch f.Event {
-				case "toolmark.session":
-					var d struct {
-						Token string `json:"token"`
-					}
-					_ = json.Unmarshal([]byte(f.Str()), &d)
+				if token, ok := benchkit.SessionToken(f); ok {
 					select {
-					case sessions <- d.Token:
+					case sessions <- token:
 					default:
 					}
-				case "toolmark.message":
-					s.answer(ctx, p, c, f)
+				} else if id, input, ok := benchkit.Call(f); ok {
+					s.answer(ctx, p, c, id, input)
 				}
 			}
 		}()
@@ -106,11 +83,7 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 		case <-dead:
 			continue
 		}
-		st, body, err := s.postPage(ctx, s.cl.pickOr(n), p, c, token, map[string]any{
-			"protocol": 1, "type": "manifest", "clientId": p.cid, "rev": 1,
-			"tools": []map[string]any{{"name": "chaos.echo", "llmName": "chaos_echo", "description": "Echoes its input.",
-				"hints": map[string]any{"readOnly": true}}},
-		})
+		st, body, err := s.postPage(ctx, s.cl.pickOr(n), p, c, token, benchkit.EchoManifest(p.cid, "chaos.echo"))
 		if err != nil || st != http.StatusNoContent {
 			s.logf("page %s manifest: %d %s %v", p.conv, st, body, err)
 			c.WS.Close()
@@ -133,21 +106,10 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 }
 
 // answer posts the call's input back as its result, to a random node.
-func (s *chaos) answer(ctx context.Context, p *page, c *conn, f frame) {
-	var m struct {
-		Message struct {
-			Type  string          `json:"type"`
-			ID    string          `json:"id"`
-			Input json.RawMessage `json:"input"`
-		} `json:"message"`
-	}
-	if json.Unmarshal([]byte(f.Str()), &m) != nil || m.Message.Type != "call" {
-		return
-	}
+func (s *chaos) answer(ctx context.Context, p *page, c *conn, id string, input json.RawMessage) {
 	_, token, _ := p.state()
 	go func() {
-		_, _, _ = s.postPage(ctx, s.cl.pickOr(nil), p, c, token, map[string]any{"protocol": 1, "type": "result", "clientId": p.cid,
-			"id": m.Message.ID, "result": map[string]any{"status": "ok", "data": m.Message.Input}})
+		_, _, _ = s.postPage(ctx, s.cl.pickOr(nil), p, c, token, benchkit.OKResult(p.cid, id, input))
 	}()
 }
 
@@ -165,19 +127,12 @@ func (s *chaos) agent(ctx context.Context, p *page) {
 		}
 		_, _, ready := p.state()
 		at := time.Now()
-		in := `{"seq":` + strconv.Itoa(seq) + `}`
-		body := []byte(`{"user_id":"` + chaosUser + `","conversation_id":"` + p.conv + `","tool":"chaos.echo","input":` + in + `,"timeout_ms":5000}`)
+		body, in := benchkit.EchoCall(chaosUser, p.conv, "chaos.echo", seq, 5000)
 		st, b, err := api(ctx, n, http.MethodPost, path, nil, body)
 		if ctx.Err() != nil {
 			return
 		}
-		var r struct {
-			Result struct {
-				Status string          `json:"status"`
-				Data   json.RawMessage `json:"data"`
-			} `json:"result"`
-		}
-		if err == nil && st == http.StatusOK && json.Unmarshal(b, &r) == nil && r.Result.Status == "ok" && string(r.Result.Data) == in {
+		if err == nil && benchkit.EchoedOK(st, b, in) {
 			s.bridge.ok.Add(1)
 			continue
 		}

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
 )
 
 const soakUser = "soak-user"
@@ -24,23 +22,7 @@ type page struct {
 
 // post sends a page message as @toolmark/core's echo transport does.
 func (s *soak) post(ctx context.Context, p *page, msg any) (int, string, error) {
-	b, _ := json.Marshal(msg)
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+s.addr+"/toolmark/bridge/"+p.conv, bytes.NewReader(b))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Socket-ID", p.c.ID)
-	if p.token != "" {
-		req.Header.Set("X-Toolmark-Token", p.token)
-	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, string(body), nil
+	return benchkit.PostPage(ctx, s.http, s.addr, p.conv, p.c.ID, p.token, msg)
 }
 
 // openPage connects, subscribes and posts the manifest.
@@ -55,19 +37,11 @@ func (s *soak) openPage(ctx context.Context, i int) (*page, error) {
 		return nil, err
 	}
 	for _, f := range frames {
-		if f.Event == "toolmark.session" {
-			var d struct {
-				Token string `json:"token"`
-			}
-			_ = json.Unmarshal([]byte(f.Str()), &d)
-			p.token = d.Token
+		if token, ok := benchkit.SessionToken(f); ok {
+			p.token = token
 		}
 	}
-	st, body, err := s.post(ctx, p, map[string]any{
-		"protocol": 1, "type": "manifest", "clientId": p.cid, "rev": 1,
-		"tools": []map[string]any{{"name": "soak.echo", "llmName": "soak_echo", "description": "Echoes its input.",
-			"hints": map[string]any{"readOnly": true}}},
-	})
+	st, body, err := s.post(ctx, p, benchkit.EchoManifest(p.cid, "soak.echo"))
 	if err != nil || st != http.StatusNoContent {
 		return nil, fmt.Errorf("manifest: %d %s %v", st, body, err)
 	}
@@ -78,22 +52,12 @@ func (s *soak) openPage(ctx context.Context, i int) (*page, error) {
 func (s *soak) servePage(ctx context.Context, p *page, stop <-chan struct{}) {
 	sub := &subscriber{c: p.c}
 	s.listen(sub, "-", stop, func(ev event) {
-		if ev.Event != "toolmark.message" {
-			return
-		}
-		var m struct {
-			Message struct {
-				Type  string          `json:"type"`
-				ID    string          `json:"id"`
-				Input json.RawMessage `json:"input"`
-			} `json:"message"`
-		}
-		if json.Unmarshal([]byte(ev.Str()), &m) != nil || m.Message.Type != "call" {
+		id, input, ok := benchkit.Call(ev)
+		if !ok {
 			return
 		}
 		go func() {
-			st, body, err := s.post(ctx, p, map[string]any{"protocol": 1, "type": "result", "clientId": p.cid,
-				"id": m.Message.ID, "result": map[string]any{"status": "ok", "data": m.Message.Input}})
+			st, body, err := s.post(ctx, p, benchkit.OKResult(p.cid, id, input))
 			if (err != nil || st != http.StatusNoContent) && ctx.Err() == nil {
 				s.sample("page result: %d %s %v", st, body, err)
 			}
@@ -106,19 +70,12 @@ func (s *soak) servePage(ctx context.Context, p *page, stop <-chan struct{}) {
 func (s *soak) agent(ctx context.Context, p *page, pause time.Duration) {
 	path := "/apps/" + s.appID + "/toolmark/calls"
 	for seq := 1; ctx.Err() == nil; seq++ {
-		in := `{"seq":` + strconv.Itoa(seq) + `}`
-		body := []byte(`{"user_id":"` + soakUser + `","conversation_id":"` + p.conv + `","tool":"soak.echo","input":` + in + `,"timeout_ms":10000}`)
+		body, in := benchkit.EchoCall(soakUser, p.conv, "soak.echo", seq, 10000)
 		st, b, err := s.api(ctx, "POST", path, body)
 		if ctx.Err() != nil {
 			return
 		}
-		var r struct {
-			Result struct {
-				Status string          `json:"status"`
-				Data   json.RawMessage `json:"data"`
-			} `json:"result"`
-		}
-		if err != nil || st != 200 || json.Unmarshal(b, &r) != nil || r.Result.Status != "ok" || string(r.Result.Data) != in {
+		if err != nil || !benchkit.EchoedOK(st, b, in) {
 			s.c.callFail.Add(1)
 			s.sample("bridge call: %d %.200s %v", st, b, err)
 		} else {
