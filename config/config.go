@@ -180,6 +180,8 @@ type App struct {
 	MaxPresenceMembers int `mapstructure:"max_presence_members"`
 	// MaxBatchSize of batch_events (default 10).
 	MaxBatchSize int `mapstructure:"max_batch_size"`
+	// Recovery is per-channel history and resume (recovery.go); off by default.
+	Recovery Recovery `mapstructure:"recovery"`
 	// Toolmark configures the embedded bridge.
 	Toolmark Toolmark `mapstructure:"toolmark"`
 	// Webhooks receive signed event batches.
