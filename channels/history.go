@@ -226,4 +226,3 @@ func (h *MemoryHistory) Since(_ context.Context, app, ch string, lim HistoryLimi
 	}
 	return pos, out, true, nil
 }
-
