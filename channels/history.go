@@ -147,19 +147,22 @@ func NewMemoryHistory() *MemoryHistory {
 	return &MemoryHistory{chans: map[key]*memHistory{}, now: time.Now}
 }
 
-// channel returns (app, ch)'s history locked, replacing one idle longer than lim.TTL
-// (a new epoch: its events are gone). Expired channels are swept as they are met here and
+// channel returns (app, ch)'s history locked, reset when idle longer than lim.TTL (a new
+// epoch: its events are gone). Expired channels are swept as they are met here and
 // by Sweep, so nothing grows without a bound.
 func (h *MemoryHistory) channel(app, ch string, lim HistoryLimits) *memHistory {
 	now := h.now()
 	h.mu.Lock()
 	c := h.chans[key{app, ch}]
-	if c == nil || (lim.TTL > 0 && now.Sub(c.last) > lim.TTL) {
+	if c == nil {
 		c = &memHistory{epoch: NewEpoch(), last: now}
 		h.chans[key{app, ch}] = c
 	}
 	h.mu.Unlock()
 	c.mu.Lock()
+	if lim.TTL > 0 && now.Sub(c.last) > lim.TTL { // its events are gone: a new epoch
+		c.epoch, c.serial, c.events, c.head, c.last = NewEpoch(), 0, nil, 0, now
+	}
 	return c
 }
 

@@ -36,7 +36,7 @@ func (c *Conn) handle(raw []byte) {
 	if m.Event == "pusher:pong" {
 		return // activity was recorded by the read loop
 	}
-	if c.srv.remote && c.tasksBusy() {
+	if (c.srv.remote || c.srv.history != nil) && c.tasksBusy() { // a replay may be queued (recovery.go)
 		cp := append([]byte(nil), raw...) // raw is the reader's buffer, valid during this call
 		if !c.enqueue(func(t onTask) {
 			if m, err := DecodeClientMessage(cp); err == nil && !c.isClosing() {
@@ -124,6 +124,11 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		c.sendError(codeUnauthorized, "Invalid channel name")
 		return
 	}
+	res, rerr := decodeResume(data) // recovery.go
+	if rerr != nil && rerr != errNoResume {
+		c.sendError(codeInvalidMessage, "Invalid resume: "+rerr.Error())
+		return
+	}
 	cfg := c.app.cfg
 	kind := channels.KindOf(name)
 	var member channels.Member
@@ -174,17 +179,34 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 	}
 	// The cluster socket index is written before the answer, and with scaling a cache
 	// channel's last event is read from Redis: both wait, so they run as tasks.
+	var resume *resumeRequest
+	if rerr == nil {
+		resume = &res
+	}
+	if resume != nil && c.srv.history != nil { // a replay runs on the task queue, never the reader
+		if !c.enqueue(func(t onTask) {
+			if _, again := c.subscribed(name); again {
+				c.resubscribed(name)
+				return
+			}
+			c.subscribeChannel(t, name, kind, resume)
+		}, false) {
+			c.srv.tasksRefused.Add(1)
+			c.sendError(codeOverCapacity, "Server is busy, try again")
+		}
+		return
+	}
 	if c.srv.reg.SubscribeWaits(name) || (kind.IsCache() && c.srv.remote) {
 		at.await(c, func(t onTask) {
 			if _, again := c.subscribed(name); again { // a repeat queued behind the first
 				c.resubscribed(name)
 				return
 			}
-			c.subscribeChannel(t, name, kind)
+			c.subscribeChannel(t, name, kind, resume)
 		})
 		return
 	}
-	c.subscribeChannel(c.localTask(), name, kind)
+	c.subscribeChannel(c.localTask(), name, kind, resume)
 }
 
 // resubscribed answers a subscribe to a channel the socket already has: the page token
@@ -201,18 +223,31 @@ func (c *Conn) resubscribed(name string) {
 
 // subscribeChannel subscribes to a channel that is not presence and answers; t is a task's
 // when the subscribe or the cache replay waits on Redis (see subscribe).
-func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind) {
+func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resume *resumeRequest) {
 	if c.isClosing() {
 		return
 	}
 	cfg := c.app.cfg
 	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
 	b := c.holdWrites()
-	count, added := c.srv.reg.Subscribe(cfg.ID, name, c)
+	var to channels.Subscriber = c
+	rec := c.srv.recoveryOf(cfg.ID, name)
+	var rsub *recoverySub
+	if rec != nil {
+		rsub = &recoverySub{c: c}
+		to = rsub
+	}
+	count, added := c.srv.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, sub)
 	frames := [][]byte{subscribedFrame(name, "{}")}
+	switch {
+	case rec != nil:
+		frames = c.recoveryFrames(t, name, rec, rsub, resume)
+	case resume != nil:
+		frames = append(frames, resumeFailedFrame(name, resumeNotEnabled))
+	}
 	if session != nil {
-		frames = [][]byte{session, frames[0]}
+		frames = append([][]byte{session}, frames...)
 	}
 	if kind.IsCache() {
 		// On the connection's task goroutine (bounded, issue 20 fault 3): once this node's
