@@ -108,6 +108,19 @@ func newHistory(cfg *config.Config, h channels.History, remote bool) channels.Hi
 	return nil
 }
 
+// warnRecoveryOff logs, once at start, apps whose recovery cannot run: with scaling the
+// History is the cluster's (opts.History), which the broker's writer must feed.
+func (s *Server) warnRecoveryOff() {
+	if s.history != nil {
+		return
+	}
+	for i := range s.cfg.Apps {
+		if s.cfg.Apps[i].Recovery.Enabled {
+			s.log.Warn("apps[].recovery is not served with scaling yet: resumes get not_enabled", "app", s.cfg.Apps[i].ID)
+		}
+	}
+}
+
 func historyLimits(r *config.Recovery) channels.HistoryLimits {
 	return channels.HistoryLimits{Size: r.HistorySize, TTL: time.Duration(r.HistoryTTL) * time.Second}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,13 +232,13 @@ func (h racingHistory) Since(ctx context.Context, app, ch string, lim channels.H
 }
 
 func TestRecoveryRacingPublishNotDuplicated(t *testing.T) {
-	var ts *tserver
-	n := 0
+	var srv atomic.Pointer[tserver] // set before any Since; read on the task goroutine
+	var n atomic.Int64
 	h := racingHistory{MemoryHistory: channels.NewMemoryHistory(), before: func() {
-		n++
-		ts.apiPublish(t, "orders", "e", "raced-"+strconv.Itoa(n), "")
+		srv.Load().apiPublish(t, "orders", "e", "raced-"+strconv.FormatInt(n.Add(1), 10), "")
 	}}
-	ts = newServer(t, withRecovery(100, "*"), withOptions(func(o *Options) { o.History = h }))
+	ts := newServer(t, withRecovery(100, "*"), withOptions(func(o *Options) { o.History = h }))
+	srv.Store(ts)
 	c := ts.connect(t)
 	c.subscribeResume("orders", map[string]any{"epoch": "unknown", "serial": 0}) // a first Since: epoch changed
 	c.waitEvent("pusher_internal:subscription_succeeded", "orders")

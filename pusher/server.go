@@ -139,6 +139,7 @@ func NewServer(opts Options) *Server {
 	s.wg.Add(1)
 	go s.sweepLoop()
 	s.startHistorySweep()
+	s.warnRecoveryOff()
 	s.startPresenceReconcile()
 	s.watch = newWatchlist(s)
 	return s
