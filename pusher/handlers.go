@@ -129,6 +129,10 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		c.sendError(codeInvalidMessage, "Invalid resume: "+rerr.Error())
 		return
 	}
+	var resume *resumeRequest
+	if rerr == nil {
+		resume = &res
+	}
 	cfg := c.app.cfg
 	kind := channels.KindOf(name)
 	var member channels.Member
@@ -168,7 +172,11 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		}
 	}
 	if kind.IsPresence() {
-		at.await(c, func(t onTask) { c.subscribePresence(t, name, member) })
+		if resume != nil && c.srv.history != nil { // a replay runs on the task queue, never the reader
+			c.enqueueOrBusy(func(t onTask) { c.subscribePresence(t, name, member, resume) })
+			return
+		}
+		at.await(c, func(t onTask) { c.subscribePresence(t, name, member, resume) })
 		return
 	}
 	if _, again := c.subscribed(name); again {
@@ -179,21 +187,14 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 	}
 	// The cluster socket index is written before the answer, and with scaling a cache
 	// channel's last event is read from Redis: both wait, so they run as tasks.
-	var resume *resumeRequest
-	if rerr == nil {
-		resume = &res
-	}
 	if resume != nil && c.srv.history != nil { // a replay runs on the task queue, never the reader
-		if !c.enqueue(func(t onTask) {
+		c.enqueueOrBusy(func(t onTask) {
 			if _, again := c.subscribed(name); again {
 				c.resubscribed(name)
 				return
 			}
 			c.subscribeChannel(t, name, kind, resume)
-		}, false) {
-			c.srv.tasksRefused.Add(1)
-			c.sendError(codeOverCapacity, "Server is busy, try again")
-		}
+		})
 		return
 	}
 	if c.srv.reg.SubscribeWaits(name) || (kind.IsCache() && c.srv.remote) {
@@ -230,22 +231,10 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resum
 	cfg := c.app.cfg
 	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
 	b := c.holdWrites()
-	var to channels.Subscriber = c
-	rec := c.srv.recoveryOf(cfg.ID, name)
-	var rsub *recoverySub
-	if rec != nil {
-		rsub = &recoverySub{c: c}
-		to = rsub
-	}
+	to, rsub, rec := c.recoverySubscriber(name) // recovery.go
 	count, added := c.srv.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, sub)
-	frames := [][]byte{subscribedFrame(name, "{}")}
-	switch {
-	case rec != nil:
-		frames = c.recoveryFrames(t, name, rec, rsub, resume)
-	case resume != nil:
-		frames = append(frames, resumeFailedFrame(name, resumeNotEnabled))
-	}
+	frames := c.answerFrames(t, name, "{}", rec, rsub, resume)
 	if session != nil {
 		frames = append([][]byte{session}, frames...)
 	}
@@ -276,7 +265,7 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resum
 // subscribePresence joins a presence channel; it may wait on Redis, so it runs as a task
 // (see runsOn). A store that fails or misses the task's deadline gets the client a
 // pusher:error (4100) to retry.
-func (c *Conn) subscribePresence(t onTask, name string, m channels.Member) {
+func (c *Conn) subscribePresence(t onTask, name string, m channels.Member, resume *resumeRequest) {
 	s := c.srv
 	cfg := c.app.cfg
 	ctx := t.ctx
@@ -305,7 +294,8 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member) {
 		return
 	}
 	b := c.holdWrites()
-	count, added := s.reg.Subscribe(cfg.ID, name, c)
+	to, rsub, rec := c.recoverySubscriber(name) // recovery.go
+	count, added := s.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)
 	_ = s.reg.AwaitRouted(ctx, cfg.ID, name) // member_added of later joiners reaches this node
@@ -317,7 +307,7 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member) {
 		members = []channels.Member{m}
 	}
 	s.reg.SeedAnnounced(cfg.ID, name, members, cfg.MaxPresenceMembers) // presence_reconcile.go
-	frames := [][]byte{subscribedFrame(name, presencePayload(members))}
+	frames := c.answerFrames(t, name, presencePayload(members), rec, rsub, resume)
 	if channels.KindOf(name).IsCache() && !again { // a repeat answers without a replay
 		frames = append(frames, c.cacheReplay(t, name))
 	}

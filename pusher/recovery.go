@@ -228,9 +228,9 @@ func (r *recoverySub) position(serial uint64) {
 }
 
 // positionFrame is subscription_succeeded with the channel's position as top-level fields.
-func positionFrame(name string, pos channels.Position) []byte {
-	buf := make([]byte, ws.TextHeaderRoom, ws.TextHeaderRoom+len(name)+len(pos.Epoch)+112)
-	buf = AppendEvent(buf, "pusher_internal:subscription_succeeded", name, "{}", "", true)
+func positionFrame(name, data string, pos channels.Position) []byte {
+	buf := make([]byte, ws.TextHeaderRoom, ws.TextHeaderRoom+len(name)+2*len(data)+len(pos.Epoch)+112)
+	buf = AppendEvent(buf, "pusher_internal:subscription_succeeded", name, data, "", true)
 	buf = buf[:len(buf)-1]
 	buf = append(buf, `,"serial":`...)
 	buf = strconv.AppendUint(buf, pos.Serial, 10)
@@ -243,25 +243,48 @@ func resumeFailedFrame(name, reason string) []byte {
 	return EventFrame("pusher:resume_failed", name, `{"reason":"`+reason+`"}`)
 }
 
+// recoverySubscriber is who the registry delivers (app, name) to for c: c itself, or on a
+// recovery channel a filter (the second result, nil otherwise).
+func (c *Conn) recoverySubscriber(name string) (channels.Subscriber, *recoverySub, *config.Recovery) {
+	rec := c.srv.recoveryOf(c.app.cfg.ID, name)
+	if rec == nil {
+		return c, nil, nil
+	}
+	rs := &recoverySub{c: c}
+	return rs, rs, rec
+}
+
+// answerFrames is subscription_succeeded (with data) for c's subscription to name, and
+// what follows it under recovery (recoveryFrames) or for a resume on a channel without it.
+func (c *Conn) answerFrames(t onTask, name, data string, rec *config.Recovery, rs *recoverySub, res *resumeRequest) [][]byte {
+	switch {
+	case rec != nil:
+		return c.recoveryFrames(t, name, data, rec, rs, res)
+	case res != nil:
+		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeNotEnabled)}
+	}
+	return [][]byte{subscribedFrame(name, data)}
+}
+
 // recoveryFrames is what a subscription to a recovery channel is answered with, after sub
 // was registered: subscription_succeeded at the position, then (resume) the missed events
 // or resume_failed. It sets sub's position, so later live frames follow without a gap.
-func (c *Conn) recoveryFrames(t onTask, name string, r *config.Recovery, sub *recoverySub, res *resumeRequest) [][]byte {
+func (c *Conn) recoveryFrames(t onTask, name, data string, r *config.Recovery, sub *recoverySub, res *resumeRequest) [][]byte {
 	h, lim := c.srv.history, historyLimits(r)
 	if res == nil {
 		pos, err := h.Position(t.ctx, c.app.cfg.ID, name, lim)
 		sub.position(pos.Serial)
 		if err != nil {
-			return [][]byte{subscribedFrame(name, "{}")}
+			return [][]byte{subscribedFrame(name, data)}
 		}
-		return [][]byte{positionFrame(name, pos)}
+		return [][]byte{positionFrame(name, data, pos)}
 	}
 	pos, evs, complete, err := h.Since(t.ctx, c.app.cfg.ID, name, lim, res.Serial)
 	sub.position(pos.Serial)
 	if err != nil {
-		return [][]byte{subscribedFrame(name, "{}"), resumeFailedFrame(name, resumeEpochChanged)}
+		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeEpochChanged)}
 	}
-	frames := [][]byte{positionFrame(name, pos)}
+	frames := [][]byte{positionFrame(name, data, pos)}
 	switch {
 	case pos.Epoch != res.Epoch:
 		return append(frames, resumeFailedFrame(name, resumeEpochChanged))
@@ -306,4 +329,12 @@ func (s *Server) startHistorySweep() {
 			}
 		}
 	}()
+}
+
+// enqueueOrBusy queues fn on the connection's task goroutine, or answers 4100 when full.
+func (c *Conn) enqueueOrBusy(fn func(onTask)) {
+	if !c.enqueue(fn, false) {
+		c.srv.tasksRefused.Add(1)
+		c.sendError(codeOverCapacity, "Server is busy, try again")
+	}
 }

@@ -263,3 +263,34 @@ func TestRecoveryRacingPublishNotDuplicated(t *testing.T) {
 		t.Fatalf("got %s after the replay, want the live event (the raced one twice?)", ev.raw)
 	}
 }
+
+// TestRecoveryPresenceResume: Echo's join() channels resume too; subscription_succeeded
+// keeps its presence data and gains the position.
+func TestRecoveryPresenceResume(t *testing.T) {
+	ts := newServer(t, withRecovery(10, "presence-*"))
+	const room = "presence-room"
+	a := ts.connect(t)
+	ok := ts.subscribePresence(a, room, `{"user_id":"a"}`)
+	epoch := positionOf(t, ok).Epoch
+	if epoch == "" || !bytes.Contains(ok.raw, []byte(`\"presence\"`)) {
+		t.Fatalf("subscription_succeeded = %s", ok.raw)
+	}
+	for i := 1; i <= 3; i++ {
+		ts.apiPublish(t, room, "e", strconv.Itoa(i), "")
+	}
+	b := ts.connect(t)
+	cd := `{"user_id":"b"}`
+	b.send(map[string]any{"event": "pusher:subscribe", "data": map[string]any{
+		"channel": room, "auth": presenceAuth(ts.app.Key, ts.app.Secret, b.socketID, room, cd), "channel_data": cd,
+		"resume": map[string]any{"epoch": epoch, "serial": 1},
+	}})
+	ok = b.waitEvent("pusher_internal:subscription_succeeded", room)
+	if p := positionOf(t, ok); *p.Serial != 3 || p.Epoch != epoch || !bytes.Contains(ok.raw, []byte(`\"count\":2`)) {
+		t.Fatalf("subscription_succeeded = %s", ok.raw)
+	}
+	for _, want := range []string{"2", "3"} {
+		if ev := b.next(); ev.Event != "e" || ev.dataString(t) != want {
+			t.Fatalf("replayed %s, want %s", ev.raw, want)
+		}
+	}
+}
