@@ -170,3 +170,10 @@ func Slot(key string) int {
 	}
 	return int(crc16(key) % clusterSlots)
 }
+
+// HistoryKeys are a recovery channel's serial, epoch and history list (history_redis.go).
+// They carry the hash tag of the channel's topic: the append script SPUBLISHes to the
+// topic, and on Cluster a script's shard channel must be in its keys' slot.
+func (k *KeySpace) HistoryKeys(app, ch string) (serial, epoch, list string) {
+	return k.ChannelKey("hs", app, ch), k.ChannelKey("he", app, ch), k.ChannelKey("hl", app, ch)
+}

@@ -184,6 +184,8 @@ type App struct {
 	// of every channel that is not presence when its cluster-wide count changes (at most once
 	// a second per channel; default false).
 	SubscriptionCount bool `mapstructure:"subscription_count"`
+	// Recovery is per-channel history and resume (recovery.go); off by default.
+	Recovery Recovery `mapstructure:"recovery"`
 	// Toolmark configures the embedded bridge.
 	Toolmark Toolmark `mapstructure:"toolmark"`
 	// Webhooks receive signed event batches.

@@ -91,6 +91,7 @@ func (a *App) applyDefaults() {
 	setInt(&a.MaxPresenceMembers, DefaultMaxPresenceMembers)
 	setInt(&a.MaxBatchSize, DefaultMaxBatchSize)
 	a.RateLimiting.applyDefaults()
+	a.Recovery.applyDefaults()
 	setInt(&a.Toolmark.CallTimeoutMS, DefaultCallTimeoutMS)
 	setInt(&a.Toolmark.MaxTimeoutMS, DefaultMaxTimeoutMS)
 	for i := range a.Webhooks {

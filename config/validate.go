@@ -241,6 +241,7 @@ func (a *App) validate(v *validator, p string) {
 	v.positive(p+".max_presence_members", int64(a.MaxPresenceMembers))
 	v.positive(p+".max_batch_size", int64(a.MaxBatchSize))
 	a.RateLimiting.validate(v, p+".rate_limiting")
+	a.Recovery.validate(v, p+".recovery")
 
 	t := &a.Toolmark
 	v.positive(p+".toolmark.call_timeout_ms", int64(t.CallTimeoutMS))

@@ -36,7 +36,7 @@ func (c *Conn) handle(raw []byte) {
 	if m.Event == "pusher:pong" {
 		return // activity was recorded by the read loop
 	}
-	if c.srv.remote && c.tasksBusy() {
+	if (c.srv.remote || c.srv.history != nil) && c.tasksBusy() { // a replay may be queued (recovery.go)
 		cp := append([]byte(nil), raw...) // raw is the reader's buffer, valid during this call
 		if !c.enqueue(func(t onTask) {
 			if m, err := DecodeClientMessage(cp); err == nil && !c.isClosing() {
@@ -124,6 +124,15 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		c.sendError(codeUnauthorized, "Invalid channel name")
 		return
 	}
+	res, rerr := decodeResume(data) // recovery.go
+	if rerr != nil && rerr != errNoResume {
+		c.sendError(codeInvalidMessage, "Invalid resume: "+rerr.Error())
+		return
+	}
+	var resume *resumeRequest
+	if rerr == nil {
+		resume = &res
+	}
 	cfg := c.app.cfg
 	kind := channels.KindOf(name)
 	var member channels.Member
@@ -163,7 +172,11 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		}
 	}
 	if kind.IsPresence() {
-		at.await(c, func(t onTask) { c.subscribePresence(t, name, member) })
+		if resume != nil && c.srv.history != nil { // a replay runs on the task queue, never the reader
+			c.enqueueOrBusy(func(t onTask) { c.subscribePresence(t, name, member, resume) })
+			return
+		}
+		at.await(c, func(t onTask) { c.subscribePresence(t, name, member, resume) })
 		return
 	}
 	if _, again := c.subscribed(name); again {
@@ -174,17 +187,27 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 	}
 	// The cluster socket index is written before the answer, and with scaling a cache
 	// channel's last event is read from Redis: both wait, so they run as tasks.
+	if resume != nil && c.srv.history != nil { // a replay runs on the task queue, never the reader
+		c.enqueueOrBusy(func(t onTask) {
+			if _, again := c.subscribed(name); again {
+				c.resubscribed(name)
+				return
+			}
+			c.subscribeChannel(t, name, kind, resume)
+		})
+		return
+	}
 	if c.srv.reg.SubscribeWaits(name) || (kind.IsCache() && c.srv.remote) {
 		at.await(c, func(t onTask) {
 			if _, again := c.subscribed(name); again { // a repeat queued behind the first
 				c.resubscribed(name)
 				return
 			}
-			c.subscribeChannel(t, name, kind)
+			c.subscribeChannel(t, name, kind, resume)
 		})
 		return
 	}
-	c.subscribeChannel(c.localTask(), name, kind)
+	c.subscribeChannel(c.localTask(), name, kind, resume)
 }
 
 // resubscribed answers a subscribe to a channel the socket already has: the page token
@@ -201,18 +224,19 @@ func (c *Conn) resubscribed(name string) {
 
 // subscribeChannel subscribes to a channel that is not presence and answers; t is a task's
 // when the subscribe or the cache replay waits on Redis (see subscribe).
-func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind) {
+func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resume *resumeRequest) {
 	if c.isClosing() {
 		return
 	}
 	cfg := c.app.cfg
 	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
 	b := c.holdWrites()
-	count, added := c.srv.reg.Subscribe(cfg.ID, name, c)
+	to, rsub, rec := c.recoverySubscriber(name) // recovery.go
+	count, added := c.srv.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, sub)
-	frames := [][]byte{subscribedFrame(name, "{}")}
+	frames := c.answerFrames(t, name, "{}", rec, rsub, resume)
 	if session != nil {
-		frames = [][]byte{session, frames[0]}
+		frames = append([][]byte{session}, frames...)
 	}
 	if kind.IsCache() {
 		// On the connection's task goroutine (bounded, issue 20 fault 3): once this node's
@@ -248,7 +272,7 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind) {
 // subscribePresence joins a presence channel; it may wait on Redis, so it runs as a task
 // (see runsOn). A store that fails or misses the task's deadline gets the client a
 // pusher:error (4100) to retry.
-func (c *Conn) subscribePresence(t onTask, name string, m channels.Member) {
+func (c *Conn) subscribePresence(t onTask, name string, m channels.Member, resume *resumeRequest) {
 	s := c.srv
 	cfg := c.app.cfg
 	ctx := t.ctx
@@ -277,7 +301,8 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member) {
 		return
 	}
 	b := c.holdWrites()
-	count, added := s.reg.Subscribe(cfg.ID, name, c)
+	to, rsub, rec := c.recoverySubscriber(name) // recovery.go
+	count, added := s.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)
 	_ = s.reg.AwaitRouted(ctx, cfg.ID, name) // member_added of later joiners reaches this node
@@ -289,7 +314,7 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member) {
 		members = []channels.Member{m}
 	}
 	s.reg.SeedAnnounced(cfg.ID, name, members, cfg.MaxPresenceMembers) // presence_reconcile.go
-	frames := [][]byte{subscribedFrame(name, presencePayload(members))}
+	frames := c.answerFrames(t, name, presencePayload(members), rec, rsub, resume)
 	if channels.KindOf(name).IsCache() && !again { // a repeat answers without a replay
 		frames = append(frames, c.cacheReplay(t, name))
 	}

@@ -47,6 +47,9 @@ type Options struct {
 	// Cluster answers subscription counts, channel lists and socket lookups for every node;
 	// nil = this node's registry is the whole truth.
 	Cluster ClusterView
+	// History keeps recovery channels' serials and events (recovery.go); nil = a
+	// MemoryHistory when an app enables recovery and nothing is remote, else none.
+	History channels.History
 }
 
 // ClusterView is the cluster-wide read side (channels.RedisOccupancy and, for Socket, the
@@ -95,6 +98,7 @@ type Server struct {
 
 	reconcile presenceReconcile // presence_reconcile.go
 	counts    subCounts         // Pusher's subscription counts (subcount.go)
+	history   channels.History  // recovery.go; nil when no app enables recovery
 }
 
 // NewServer builds a server over a validated config.
@@ -118,6 +122,7 @@ func NewServer(opts Options) *Server {
 		s.reg = channels.NewRegistry(channels.Options{})
 	}
 	s.remote = s.reg.Remote()
+	s.history = newHistory(s.cfg, opts.History, s.remote)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -135,6 +140,8 @@ func NewServer(opts Options) *Server {
 		CoalesceWindow: s.cfg.Server.WriteCoalesce(), Compression: wsCompression(s.cfg.Server.Compression)})
 	s.wg.Add(1)
 	go s.sweepLoop()
+	s.startHistorySweep()
+	s.warnRecoveryOff()
 	s.startPresenceReconcile()
 	s.watch = newWatchlist(s)
 	return s
@@ -247,6 +254,9 @@ func (s *Server) eventMessage(appID, channel, event, data, except string) channe
 // refused publish (Redis backlog full) delivers none of them, so the 503 the caller gets
 // never follows a local delivery and its retry duplicates nothing.
 func (s *Server) publishAll(ctx context.Context, ms []channels.Message) error {
+	if s.history != nil {
+		return s.publishRecovered(ctx, ms)
+	}
 	return s.reg.PublishAll(ctx, ms)
 }
 

@@ -1,0 +1,136 @@
+package channels
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed history_append.lua
+var historyAppendLua string
+
+//go:embed history_since.lua
+var historySinceLua string
+
+var (
+	historyAppendScript = redis.NewScript(historyAppendLua)
+	historySinceScript  = redis.NewScript(historySinceLua)
+)
+
+// RedisHistory is the cluster History: each channel's serial, epoch and history list live
+// under the hash tag of the channel's topic (KeySpace.HistoryKeys), so one script assigns,
+// keeps and publishes together (AppendCmd), and on Cluster the channels spread with their
+// topics. Every key expires history_ttl after the channel's last publish; the list is
+// trimmed to history_size on each one: nothing grows without a bound.
+type RedisHistory struct {
+	rdb     redis.UniversalClient
+	keys    *KeySpace
+	sharded bool
+	base    string        // this process's epoch prefix
+	next    atomic.Uint64 // makes each epoch candidate unique
+}
+
+var _ History = (*RedisHistory)(nil)
+
+// NewRedisHistory keeps histories in rdb under keys' names.
+func NewRedisHistory(rdb redis.UniversalClient, keys *KeySpace) *RedisHistory {
+	return &RedisHistory{rdb: rdb, keys: keys, sharded: IsCluster(rdb), base: NewEpoch()}
+}
+
+// epochCandidate is the epoch a script takes when the channel has none: unique per call, so
+// a channel whose keys vanished never gets an epoch a client already holds.
+func (h *RedisHistory) epochCandidate() string {
+	return h.base + "-" + strconv.FormatUint(h.next.Add(1), 36)
+}
+
+// AppendCmd queues on pipe (or runs, with h's client as pipe) the script that gives frame
+// the channel's next serial, keeps it, and, when topic is not "", PUBLISHes (SPUBLISH on
+// Cluster) envPrefix followed by the new frame to topic: the broker writer's hook, one
+// round trip per publish as before. Read the result with HistoryAppended.
+func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte) *redis.Cmd {
+	payload := framePayload(frame)
+	if len(payload) > 0 {
+		payload = payload[:len(payload)-1] // the script appends ,"serial":N}
+	}
+	serial, epoch, list := h.keys.HistoryKeys(app, ch)
+	sharded := "0"
+	if h.sharded {
+		sharded = "1"
+	}
+	return historyAppendScript.Run(ctx, pipe, []string{serial, epoch, list},
+		max(lim.Size, 1), max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), except, payload, topic, sharded, envPrefix)
+}
+
+// HistoryAppended reads an AppendCmd's result: the serial and the new frame.
+func HistoryAppended(cmd *redis.Cmd) (uint64, []byte, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(res) != 3 {
+		return 0, nil, errors.New("history: unexpected script reply")
+	}
+	n, _ := res[0].(int64)
+	f, _ := res[1].(string)
+	return uint64(n), []byte(f), nil
+}
+
+// Append implements History (without a publish: the broker's writer uses AppendCmd).
+// deliver runs after the script: across nodes the order is Redis's, carried by pub/sub.
+func (h *RedisHistory) Append(ctx context.Context, app, ch string, lim HistoryLimits, except string, frame []byte, deliver func(uint64, []byte)) (uint64, []byte, error) {
+	if framePayload(frame) == nil {
+		return 0, nil, errors.New("history: not a server frame")
+	}
+	n, f, err := HistoryAppended(h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil))
+	if err == nil && deliver != nil {
+		deliver(n, f)
+	}
+	return n, f, err
+}
+
+// Position implements History.
+func (h *RedisHistory) Position(ctx context.Context, app, ch string, lim HistoryLimits) (Position, error) {
+	pos, _, _, err := h.since(ctx, app, ch, lim, -1)
+	return pos, err
+}
+
+// Since implements History.
+func (h *RedisHistory) Since(ctx context.Context, app, ch string, lim HistoryLimits, after uint64) (Position, []HistoryEvent, bool, error) {
+	if after > 1<<62 {
+		after = 1 << 62 // above any serial: nothing to replay
+	}
+	return h.since(ctx, app, ch, lim, int64(after))
+}
+
+func (h *RedisHistory) since(ctx context.Context, app, ch string, lim HistoryLimits, after int64) (Position, []HistoryEvent, bool, error) {
+	serialKey, epochKey, list := h.keys.HistoryKeys(app, ch)
+	res, err := historySinceScript.Run(ctx, h.rdb, []string{serialKey, epochKey, list},
+		max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), after).Slice()
+	if err != nil {
+		return Position{}, nil, false, err
+	}
+	if len(res) < 3 {
+		return Position{}, nil, false, errors.New("history: unexpected script reply")
+	}
+	epoch, _ := res[0].(string)
+	serial, _ := res[1].(int64)
+	complete, _ := res[2].(int64)
+	pos := Position{Epoch: epoch, Serial: uint64(serial)}
+	var evs []HistoryEvent
+	first := uint64(serial) - uint64(len(res)-3) + 1
+	for i, r := range res[3:] {
+		s, _ := r.(string)
+		l, rest, ok := strings.Cut(s, ":")
+		n, err := strconv.Atoi(l)
+		if !ok || err != nil || n > len(rest) {
+			return pos, nil, false, errors.New("history: malformed entry")
+		}
+		evs = append(evs, HistoryEvent{Serial: first + uint64(i), Except: rest[:n], Frame: []byte(rest[n:])})
+	}
+	return pos, evs, complete == 1, nil
+}
