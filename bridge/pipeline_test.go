@@ -313,7 +313,7 @@ func TestPipelineAllocs(t *testing.T) {
 		t.Errorf("authorize: %v allocations", n)
 	}
 	// Known: the compiled schema is cached, so a call pays only the validation itself.
-	b.schemas.put(key, "p1", 1, "notes.create", compileSchema(json.RawMessage(titleSchema)), len(titleSchema))
+	b.schemas.put(key, "p1", 1, "notes.create", &described{schema: compileSchema(json.RawMessage(titleSchema)), raw: json.RawMessage(titleSchema), ok: true}, len(titleSchema))
 	app := &config.App{ID: "a"}
 	if s := b.inputSchema(context.Background(), app, req, m, key); s == nil || s.rs == nil || s.validate(req.Input) != nil {
 		t.Fatal("cached schema not used")

@@ -93,7 +93,7 @@ func TestSchemaCache(t *testing.T) {
 	c := newSchemaCache()
 	k := ConvKey{App: "a", User: "u", Conversation: "c"}
 	s1, s2 := &inputSchema{}, &inputSchema{}
-	c.put(k, "p1", 1, "t", s1, 10)
+	c.put(k, "p1", 1, "t", &described{schema: s1, ok: true}, 10)
 	if got, ok := c.get(k, "p1", 1, "t"); !ok || got != s1 {
 		t.Fatal("not cached")
 	}
@@ -106,8 +106,8 @@ func TestSchemaCache(t *testing.T) {
 			t.Fatalf("hit for %+v", miss)
 		}
 	}
-	c.put(k, "p1", 2, "t", s2, 10)
-	c.put(k, "p1", 1, "t", s1, 10) // late, older rev
+	c.put(k, "p1", 2, "t", &described{schema: s2, ok: true}, 10)
+	c.put(k, "p1", 1, "t", &described{schema: s1, ok: true}, 10) // late, older rev
 	if got, ok := c.get(k, "p1", 2, "t"); !ok || got != s2 {
 		t.Fatal("newer rev lost")
 	}
@@ -115,7 +115,7 @@ func TestSchemaCache(t *testing.T) {
 		t.Fatalf("older rev kept; %d bytes", c.bytes)
 	}
 	for i := 0; i < MaxTools+10; i++ {
-		c.put(k, "p1", 2, "t"+strconv.Itoa(i), s2, 1)
+		c.put(k, "p1", 2, "t"+strconv.Itoa(i), &described{schema: s2, ok: true}, 1)
 	}
 	if n := len(c.convs[k].tools); n != MaxTools {
 		t.Fatalf("%d tools cached, want at most %d", n, MaxTools)
