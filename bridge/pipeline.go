@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"time"
@@ -98,8 +99,8 @@ func (b *Bridge) invoke(ctx context.Context, app *config.App, req *callRequest, 
 		return b.callStoreFailed(au, err)
 	}
 	au.status = resultStatus(result)
-	if kind == KindDescribe && au.reason == "" && validateMode(app) != ValidateOff {
-		b.learnSchema(key, m, req.Tool, result)
+	if kind == KindDescribe && au.reason == "" {
+		b.learnSchema(key, m, req.Tool, result, validateMode(app) != ValidateOff)
 	}
 	b.auditCall(au)
 	return Outcome{ID: au.id, Result: result, Hints: tool.Hints, Status: au.status}, nil
@@ -153,21 +154,33 @@ func (b *Bridge) inputSchema(ctx context.Context, app *config.App, req *callRequ
 	return s
 }
 
-// learnSchema caches what a describe the page answered says of the tool's input: the compiled
-// inputSchema of an ok result, or "no schema" for an ok without one or a page's refusal or
-// error (so describe_first does not describe it again for this manifest). The cache entry is
-// the manifest the describe was sent to.
-func (b *Bridge) learnSchema(key ConvKey, m *Manifest, tool string, result []byte) {
+// learnSchema records what a describe the page answered says of the tool's input, for
+// validation and for MCP's tools/list (DescribedSchemas): the raw inputSchema of an ok result
+// and, when validating, its compiled schema, or "no schema" for an ok without one or a page's
+// refusal or error (so describe_first does not describe it again for this manifest). With
+// validation off nothing is compiled (compiling costs what validation would). The cache entry
+// is the manifest the describe was sent to.
+func (b *Bridge) learnSchema(key ConvKey, m *Manifest, tool string, result []byte, validating bool) {
 	switch resultStatus(result) {
 	case StatusTimeout, StatusCancelled:
 		return
 	}
 	raw, ok := describedInputSchema(result)
-	s := &inputSchema{}
-	if ok {
-		s = compileSchema(raw)
+	d := &described{raw: raw, ok: ok}
+	if validating {
+		d.schema = &inputSchema{}
+		if ok {
+			d.schema = compileSchema(raw)
+		}
 	}
-	b.schemas.put(key, m.ClientID, m.Rev, tool, s, len(raw)+len(tool))
+	b.schemas.put(key, m.ClientID, m.Rev, tool, d, len(raw)+len(tool))
+}
+
+// DescribedSchemas returns, by full tool name, the raw data.inputSchema of every tool of k's
+// manifest (clientID, rev) that an ok describe answered on this node, by any surface (nil: the
+// describe had none). It is the node's one describe cache; MCP lists from it.
+func (b *Bridge) DescribedSchemas(k ConvKey, clientID string, rev int64) map[string]json.RawMessage {
+	return b.schemas.described(k, clientID, rev)
 }
 
 var nullInput = []byte("null")

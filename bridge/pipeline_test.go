@@ -313,12 +313,29 @@ func TestPipelineAllocs(t *testing.T) {
 		t.Errorf("authorize: %v allocations", n)
 	}
 	// Known: the compiled schema is cached, so a call pays only the validation itself.
-	b.schemas.put(key, "p1", 1, "notes.create", compileSchema(json.RawMessage(titleSchema)), len(titleSchema))
+	b.schemas.put(key, "p1", 1, "notes.create", &described{schema: compileSchema(json.RawMessage(titleSchema)), raw: json.RawMessage(titleSchema), ok: true}, len(titleSchema))
 	app := &config.App{ID: "a"}
 	if s := b.inputSchema(context.Background(), app, req, m, key); s == nil || s.rs == nil || s.validate(req.Input) != nil {
 		t.Fatal("cached schema not used")
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = b.inputSchema(context.Background(), app, req, m, key) }); n != 0 {
 		t.Errorf("cached schema lookup: %v allocations", n)
+	}
+}
+
+// TestDescribedSchemas: a describe through the calls API is what DescribedSchemas (MCP's
+// tools/list) sees, with validation on or off, for the manifest it was sent to only.
+func TestDescribedSchemas(t *testing.T) {
+	for _, mode := range []string{config.ValidateOff, config.ValidateKnown} {
+		h := pipelineHarness(t, mode, nil)
+		h.describeWith(t, "notes.create", titleSchema)
+		key := ConvKey{App: "app1", User: "u1", Conversation: "c1"}
+		got := h.b.DescribedSchemas(key, client1, 1)
+		if len(got) != 1 || string(got["notes.create"]) != titleSchema {
+			t.Fatalf("%s: described %v", mode, got)
+		}
+		if len(h.b.DescribedSchemas(key, client1, 2)) != 0 {
+			t.Fatalf("%s: another rev sees the describe", mode)
+		}
 	}
 }

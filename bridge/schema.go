@@ -301,8 +301,11 @@ func describedInputSchema(result json.RawMessage) (json.RawMessage, bool) {
 	return r.Data.InputSchema, r.Status == StatusOK
 }
 
-// schemaCache keeps compiled input schemas per conversation for one manifest (clientId, rev):
-// a new clientId or rev starts afresh. Per node; bounded by conversations and bytes.
+// schemaCache is the node's one record of what describes answered, per conversation for one
+// manifest (clientId, rev): the compiled input schema validation uses and the raw inputSchema
+// MCP lists (mcp asks DescribedSchemas; it keeps no cache of its own, so the two never
+// disagree about a tool). A new clientId or rev starts afresh. Bounded by conversations and
+// bytes.
 type schemaCache struct {
 	mu    sync.Mutex
 	bytes int
@@ -313,12 +316,24 @@ type convSchemas struct {
 	clientID string
 	rev      int64
 	bytes    int
-	tools    map[string]*inputSchema
+	tools    map[string]*described
+}
+
+// described is what one describe answered. schema nil: recorded while validation was off (not
+// compiled, so not known to validation). ok: the page answered ok, raw being its
+// data.inputSchema (nil when absent); a refusal or error is recorded for validation (no
+// schema, not described again by describe_first) but is not a description MCP lists.
+type described struct {
+	schema *inputSchema
+	raw    json.RawMessage
+	ok     bool
+	size   int // counted in the cache's bytes
 }
 
 func newSchemaCache() *schemaCache { return &schemaCache{convs: map[ConvKey]*convSchemas{}} }
 
-// get returns the compiled schema of tool in manifest (clientID, rev); ok false = not described.
+// get returns the compiled schema of tool in manifest (clientID, rev); ok false = not described
+// (or described only while validation was off).
 func (c *schemaCache) get(k ConvKey, clientID string, rev int64, tool string) (*inputSchema, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -326,13 +341,34 @@ func (c *schemaCache) get(k ConvKey, clientID string, rev int64, tool string) (*
 	if e == nil || e.clientID != clientID || e.rev != rev {
 		return nil, false
 	}
-	s, ok := e.tools[tool]
-	return s, ok
+	d := e.tools[tool]
+	if d == nil || d.schema == nil {
+		return nil, false
+	}
+	return d.schema, true
 }
 
-// put records tool's compiled schema (size: its raw bytes) for manifest (clientID, rev),
-// replacing the conversation's entry of another manifest.
-func (c *schemaCache) put(k ConvKey, clientID string, rev int64, tool string, s *inputSchema, size int) {
+// described returns the raw inputSchema of every tool of manifest (clientID, rev) an ok
+// describe answered (a fresh map; a nil value is an ok describe without inputSchema).
+func (c *schemaCache) described(k ConvKey, clientID string, rev int64) map[string]json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]json.RawMessage{}
+	if e := c.convs[k]; e != nil && e.clientID == clientID && e.rev == rev {
+		for name, d := range e.tools {
+			if d.ok {
+				out[name] = d.raw
+			}
+		}
+	}
+	return out
+}
+
+// put records what a describe of tool answered (size: its raw bytes) for manifest (clientID,
+// rev), replacing the conversation's entry of another manifest. A tool already recorded keeps
+// its entry unless the new one knows more (ok where it was not, or compiled where it was not):
+// MCP describes again a tool whose describe failed, and its answer must be listed.
+func (c *schemaCache) put(k ConvKey, clientID string, rev int64, tool string, d *described, size int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.convs[k]
@@ -343,6 +379,18 @@ func (c *schemaCache) put(k ConvKey, clientID string, rev int64, tool string, s 
 		c.bytes -= e.bytes
 		delete(c.convs, k)
 		e = nil
+	}
+	if e != nil {
+		if old, had := e.tools[tool]; had {
+			if (old.ok || !d.ok) && (old.schema != nil || d.schema == nil) {
+				return
+			}
+			d.size = size
+			e.tools[tool] = d
+			e.bytes += size - old.size
+			c.bytes += size - old.size
+			return
+		}
 	}
 	for c.bytes+size > schemaCacheBytes || (e == nil && len(c.convs) >= schemaCacheConversations) {
 		evicted := false
@@ -359,13 +407,14 @@ func (c *schemaCache) put(k ConvKey, clientID string, rev int64, tool string, s 
 		}
 	}
 	if e == nil {
-		e = &convSchemas{clientID: clientID, rev: rev, tools: map[string]*inputSchema{}}
+		e = &convSchemas{clientID: clientID, rev: rev, tools: map[string]*described{}}
 		c.convs[k] = e
 	}
-	if _, had := e.tools[tool]; had || len(e.tools) >= MaxTools {
+	if len(e.tools) >= MaxTools {
 		return
 	}
-	e.tools[tool] = s
+	d.size = size
+	e.tools[tool] = d
 	e.bytes += size
 	c.bytes += size
 }

@@ -93,7 +93,7 @@ func TestSchemaCache(t *testing.T) {
 	c := newSchemaCache()
 	k := ConvKey{App: "a", User: "u", Conversation: "c"}
 	s1, s2 := &inputSchema{}, &inputSchema{}
-	c.put(k, "p1", 1, "t", s1, 10)
+	c.put(k, "p1", 1, "t", &described{schema: s1, ok: true}, 10)
 	if got, ok := c.get(k, "p1", 1, "t"); !ok || got != s1 {
 		t.Fatal("not cached")
 	}
@@ -106,8 +106,8 @@ func TestSchemaCache(t *testing.T) {
 			t.Fatalf("hit for %+v", miss)
 		}
 	}
-	c.put(k, "p1", 2, "t", s2, 10)
-	c.put(k, "p1", 1, "t", s1, 10) // late, older rev
+	c.put(k, "p1", 2, "t", &described{schema: s2, ok: true}, 10)
+	c.put(k, "p1", 1, "t", &described{schema: s1, ok: true}, 10) // late, older rev
 	if got, ok := c.get(k, "p1", 2, "t"); !ok || got != s2 {
 		t.Fatal("newer rev lost")
 	}
@@ -115,9 +115,68 @@ func TestSchemaCache(t *testing.T) {
 		t.Fatalf("older rev kept; %d bytes", c.bytes)
 	}
 	for i := 0; i < MaxTools+10; i++ {
-		c.put(k, "p1", 2, "t"+strconv.Itoa(i), s2, 1)
+		c.put(k, "p1", 2, "t"+strconv.Itoa(i), &described{schema: s2, ok: true}, 1)
 	}
 	if n := len(c.convs[k].tools); n != MaxTools {
 		t.Fatalf("%d tools cached, want at most %d", n, MaxTools)
+	}
+}
+
+// TestSchemaCacheDescribed: what MCP lists (described) is the ok describes only; a tool whose
+// describe failed is upgraded by a later ok one (for validation too), and one recorded with
+// validation off by a compiled one; an ok entry is not replaced by a later failure.
+func TestSchemaCacheDescribed(t *testing.T) {
+	c := newSchemaCache()
+	k := ConvKey{App: "a", User: "u", Conversation: "c"}
+	raw := json.RawMessage(`{"type":"object"}`)
+	c.put(k, "p1", 1, "t", &described{schema: &inputSchema{}}, 1) // a refusal
+	if d := c.described(k, "p1", 1); len(d) != 0 {
+		t.Fatalf("a refusal is listed: %v", d)
+	}
+	ok := &inputSchema{}
+	c.put(k, "p1", 1, "t", &described{schema: ok, raw: raw, ok: true}, 20)
+	if d := c.described(k, "p1", 1); string(d["t"]) != string(raw) {
+		t.Fatalf("described %v", d)
+	}
+	if s, _ := c.get(k, "p1", 1, "t"); s != ok || c.bytes != 20 || c.convs[k].bytes != 20 {
+		t.Fatalf("not upgraded: %d bytes", c.bytes)
+	}
+	c.put(k, "p1", 1, "t", &described{schema: &inputSchema{}}, 1)
+	if s, _ := c.get(k, "p1", 1, "t"); s != ok || len(c.described(k, "p1", 1)) != 1 {
+		t.Fatal("a later failure replaced an ok describe")
+	}
+	c.put(k, "p1", 1, "v", &described{raw: raw, ok: true}, 20) // validation off
+	if _, known := c.get(k, "p1", 1, "v"); known || len(c.described(k, "p1", 1)) != 2 {
+		t.Fatal("validation off: compiled, or not listed")
+	}
+	c.put(k, "p1", 1, "v", &described{schema: ok, raw: raw, ok: true}, 20)
+	if s, _ := c.get(k, "p1", 1, "v"); s != ok || c.bytes != 40 {
+		t.Fatalf("not compiled later: %d bytes", c.bytes)
+	}
+	if d := c.described(k, "p1", 2); len(d) != 0 {
+		t.Fatal("another rev's describes listed")
+	}
+}
+
+// TestSchemaCacheBounds: over schemaCacheConversations or schemaCacheBytes another
+// conversation's entry is dropped, never the one being written.
+func TestSchemaCacheBounds(t *testing.T) {
+	c := newSchemaCache()
+	ok := func() *described { return &described{schema: &inputSchema{}, ok: true} }
+	for i := 0; i < schemaCacheConversations+5; i++ {
+		c.put(ConvKey{App: "a", User: "u", Conversation: strconv.Itoa(i)}, "p", 1, "t", ok(), 1)
+	}
+	if len(c.convs) != schemaCacheConversations || c.bytes != schemaCacheConversations {
+		t.Fatalf("%d conversations, %d bytes", len(c.convs), c.bytes)
+	}
+	last := ConvKey{App: "a", User: "u", Conversation: strconv.Itoa(schemaCacheConversations + 4)}
+	if len(c.described(last, "p", 1)) != 1 {
+		t.Fatal("the newest conversation was dropped")
+	}
+	big := ConvKey{App: "a", User: "u", Conversation: "big"}
+	c.put(big, "p", 1, "t", ok(), schemaCacheBytes-10)
+	c.put(big, "p", 1, "u", ok(), 10)
+	if c.bytes > schemaCacheBytes || len(c.convs) != 1 || len(c.described(big, "p", 1)) != 2 {
+		t.Fatalf("bytes %d over %d; %d conversations", c.bytes, schemaCacheBytes, len(c.convs))
 	}
 }

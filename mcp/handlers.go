@@ -14,8 +14,10 @@ import (
 )
 
 // listTools answers tools/list: one MCP tool per mappable entry of the conversation's current
-// manifest, with input schemas from describes to the page (cached per clientId and rev; the
-// describes of one list run concurrently, each bounded by DescribeTimeout). No page or no
+// manifest, with input schemas from describes to the page (the bridge records every describe
+// answered on this node per clientId and rev, by any surface, and only tools it has no ok
+// describe of are described; the describes of one list run concurrently, each bounded by
+// DescribeTimeout). No page or no
 // manifest: an empty list.
 func (s *Server) listTools(ctx context.Context, g *grant, se *session) (*sdk.ListToolsResult, error) {
 	g, _ = s.resolve(g) // a following grant without a known page lists nothing
@@ -30,9 +32,13 @@ func (s *Server) listTools(ctx context.Context, g *grant, se *session) (*sdk.Lis
 		s.mu.Unlock()
 		return &sdk.ListToolsResult{Cacheable: privateList, Tools: []*sdk.Tool{}}, nil
 	}
-	schemas := s.cache.get(g.key, m.ClientID, m.Rev)
+	schemas := map[string]json.RawMessage{}
+	for name, raw := range s.br.DescribedSchemas(g.key, m.ClientID, m.Rev) {
+		schemas[name] = listedSchema(raw)
+	}
+	// This list's describes are listed even if the bridge did not keep them (a newer manifest
+	// was stored meanwhile, or its cache is full).
 	fresh := s.describeAll(ctx, g, m, schemas)
-	s.cache.put(g.key, m.ClientID, m.Rev, fresh)
 	for name, sch := range fresh {
 		schemas[name] = sch
 	}
@@ -55,9 +61,9 @@ func (s *Server) listTools(ctx context.Context, g *grant, se *session) (*sdk.Lis
 // TTL 0 because the page may change it at any time (list_changed says when).
 var privateList = sdk.Cacheable{TTLMs: 0, CacheScope: "private"}
 
-// describeAll describes, concurrently, every mappable tool of m without a cached schema and
-// returns the schemas of the describes that succeeded (failed ones are not cached and map to
-// {"type":"object"}).
+// describeAll describes, concurrently, every mappable tool of m without a known schema and
+// returns the schemas of the describes that succeeded (failed ones map to {"type":"object"}
+// and are described again by the next list).
 func (s *Server) describeAll(ctx context.Context, g *grant, m *bridge.Manifest, cached map[string]json.RawMessage) map[string]json.RawMessage {
 	access := g.access()
 	todo := mapManifest(m, nil, &access)

@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"encoding/json"
-	"sync"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -114,10 +113,16 @@ func describedSchema(result json.RawMessage) (schema json.RawMessage, ok bool) {
 	if json.Unmarshal(result, &r) != nil || r.Status != bridge.StatusOK {
 		return nil, false
 	}
-	if s := normalizeSchema(r.Data.InputSchema); s != nil {
-		return s, true
+	return listedSchema(r.Data.InputSchema), true
+}
+
+// listedSchema is the input schema listed for an ok describe's data.inputSchema (raw, nil
+// when absent): normalized, or {"type":"object"} when not usable.
+func listedSchema(raw json.RawMessage) json.RawMessage {
+	if s := normalizeSchema(raw); s != nil {
+		return s
 	}
-	return objectSchema, true
+	return objectSchema
 }
 
 // normalizeSchema returns the schema re-encoded when it is a JSON object whose type (if
@@ -161,71 +166,6 @@ func normalizeSchema(raw json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return out
-}
-
-// describeCache keeps described schemas per (conversation, clientId, rev): a manifest's tools
-// are described once per node, and a new rev or clientId starts afresh (only the latest is
-// kept per conversation). Bounded by maxConversations; when full, an arbitrary conversation's
-// entry is dropped (it is only re-described).
-type describeCache struct {
-	mu    sync.Mutex
-	max   int
-	convs map[bridge.ConvKey]*cachedManifest
-}
-
-type cachedManifest struct {
-	clientID string
-	rev      int64
-	schemas  map[string]json.RawMessage // by full tool name
-}
-
-func newDescribeCache(max int) *describeCache {
-	return &describeCache{max: max, convs: map[bridge.ConvKey]*cachedManifest{}}
-}
-
-// get returns the cached schemas of the manifest (a copy; nil entries absent).
-func (c *describeCache) get(k bridge.ConvKey, clientID string, rev int64) map[string]json.RawMessage {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]json.RawMessage{}
-	if e := c.convs[k]; e != nil && e.clientID == clientID && e.rev == rev {
-		for name, s := range e.schemas {
-			out[name] = s
-		}
-	}
-	return out
-}
-
-// put stores described schemas of the manifest, replacing another manifest's entry.
-func (c *describeCache) put(k bridge.ConvKey, clientID string, rev int64, schemas map[string]json.RawMessage) {
-	if len(schemas) == 0 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.convs[k]
-	if e == nil || e.clientID != clientID || e.rev != rev {
-		if e == nil && len(c.convs) >= c.max {
-			for victim := range c.convs {
-				delete(c.convs, victim)
-				break
-			}
-		}
-		e = &cachedManifest{clientID: clientID, rev: rev, schemas: map[string]json.RawMessage{}}
-		c.convs[k] = e
-	}
-	for name, s := range schemas {
-		e.schemas[name] = s
-	}
-}
-
-// drop forgets the conversation's entry unless it is for clientID/rev (a manifest change).
-func (c *describeCache) drop(k bridge.ConvKey, clientID string, rev int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.convs[k]; e != nil && (e.clientID != clientID || e.rev != rev) {
-		delete(c.convs, k)
-	}
 }
 
 // toolResult maps a bridge ToolResult to an MCP result: the JSON as text (after a marker line

@@ -131,33 +131,6 @@ func TestToolResult(t *testing.T) {
 	}
 }
 
-// TestDescribeCache: per (conversation, clientId, rev); another rev replaces; drop keeps the
-// entry of the announced manifest only; bounded.
-func TestDescribeCache(t *testing.T) {
-	c := newDescribeCache(2)
-	k1, k2, k3 := bridge.ConvKey{App: "a", User: "u", Conversation: "1"}, bridge.ConvKey{App: "a", User: "u", Conversation: "2"},
-		bridge.ConvKey{App: "a", User: "u", Conversation: "3"}
-	s := map[string]json.RawMessage{"t": objectSchema}
-	c.put(k1, "p", 1, s)
-	if len(c.get(k1, "p", 1)) != 1 || len(c.get(k1, "p", 2)) != 0 || len(c.get(k1, "q", 1)) != 0 {
-		t.Fatal("lookup by clientId and rev")
-	}
-	c.drop(k1, "p", 1)
-	if len(c.get(k1, "p", 1)) != 1 {
-		t.Fatal("drop of the same manifest removed it")
-	}
-	c.drop(k1, "p", 2)
-	if len(c.get(k1, "p", 1)) != 0 {
-		t.Fatal("drop of a newer rev kept the old one")
-	}
-	c.put(k1, "p", 1, s)
-	c.put(k2, "p", 1, s)
-	c.put(k3, "p", 1, s)
-	if len(c.convs) != 2 || len(c.get(k3, "p", 1)) != 1 {
-		t.Fatalf("bound: %d conversations", len(c.convs))
-	}
-}
-
 func TestToolsCallID(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}`:    "7",
