@@ -28,8 +28,16 @@ type Server struct {
 	// PublicURL is the scheme and host clients reach this server at (e.g.
 	// "https://ws.example.com", no path): the MCP endpoint's resource identifier is
 	// {public_url}{path}/toolmark/mcp, which every MCP token must carry in aud. "" = built
-	// from each request (TLS, or X-Forwarded-Proto from a trusted proxy, and Host).
+	// from each request (TLS, or X-Forwarded-Proto from a trusted proxy, and Host), which
+	// needs PublicHosts when MCP is enabled.
 	PublicURL string `mapstructure:"public_url"`
+	// PublicHosts lists the host[:port] names (as clients send them in Host, lower-cased by
+	// ApplyDefaults) a request may name when PublicURL is empty: the MCP resource is built
+	// from the request's Host only when it is one of these, and any other Host is refused
+	// with 421, because the caller chooses Host, and a resource built from an unchecked one
+	// would accept a token issued for another deployment of the same issuer. With MCP
+	// enabled for any app, PublicURL or PublicHosts is required.
+	PublicHosts []string `mapstructure:"public_hosts"`
 	// MaxRequestSize bounds the Pusher HTTP API body in bytes (default 10000).
 	MaxRequestSize int64 `mapstructure:"max_request_size"`
 	TLS            TLS   `mapstructure:"tls"`

@@ -49,6 +49,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	s.Path = normalizePath(s.Path)
 	s.PublicURL = strings.TrimRight(strings.TrimSpace(s.PublicURL), "/")
+	for i, h := range s.PublicHosts {
+		s.PublicHosts[i] = strings.ToLower(strings.TrimSpace(h))
+	}
 	if s.MaxRequestSize == 0 {
 		s.MaxRequestSize = DefaultMaxRequestSize
 	}

@@ -133,7 +133,7 @@ func TestServerPathNormalised(t *testing.T) {
 // TestLoadToolmarkMCP: toolmark.mcp.enabled is read per app (the exact keys).
 func TestLoadToolmarkMCP(t *testing.T) {
 	clearEnv(t)
-	c, err := Load(writeFile(t, minimal+"    toolmark: {enabled: true, mcp: {enabled: true}}\n"))
+	c, err := Load(writeFile(t, "server: {public_url: 'https://ws.example.com'}\n"+minimal+"    toolmark: {enabled: true, mcp: {enabled: true}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

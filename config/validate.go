@@ -105,6 +105,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	c.validatePublicOrigin(v)
 	if len(v.errs) > 0 {
 		return errors.Join(v.errs...)
 	}
@@ -137,12 +138,57 @@ func (c *Config) validateServer(v *validator) {
 			v.add("server.public_url", "must be an absolute http(s) URL without path, query or fragment, like \"https://ws.example.com\", got %q", s.PublicURL)
 		}
 	}
+	for i, h := range s.PublicHosts {
+		if !validPublicHost(h) {
+			v.add(fmt.Sprintf("server.public_hosts[%d]", i), "must be a host or host:port as clients send it in Host, like \"ws.example.com\" or \"ws.example.com:8443\", got %q", h)
+		}
+	}
+	if s.PublicURL != "" && len(s.PublicHosts) > 0 {
+		v.add("server.public_hosts", "must be empty when server.public_url is set (the MCP resource then comes from server.public_url, never from Host)")
+	}
 	switch {
 	case s.TLS.Cert != "" && s.TLS.Key == "":
 		v.add("server.tls.key", "must be set when server.tls.cert is set")
 	case s.TLS.Cert == "" && s.TLS.Key != "":
 		v.add("server.tls.cert", "must be set when server.tls.key is set")
 	}
+}
+
+// validatePublicOrigin requires, when any app serves MCP, a way to know the MCP resource that
+// the caller cannot choose: server.public_url, or server.public_hosts to check Host against.
+// Without either the resource (the aud every token must name) would be built from whatever
+// Host a request sends, so a token issued by the same issuer for another deployment would be
+// accepted by sending that deployment's Host.
+func (c *Config) validatePublicOrigin(v *validator) {
+	s := &c.Server
+	if s.PublicURL != "" || len(s.PublicHosts) > 0 {
+		return
+	}
+	for i := range c.Apps {
+		if tm := &c.Apps[i].Toolmark; tm.Enabled && tm.MCP.Enabled {
+			v.add("server.public_url", "or server.public_hosts is required when MCP is enabled (apps[%d].toolmark.mcp.enabled): "+
+				"set server.public_url to the URL clients reach this server at, like \"https://ws.example.com\", "+
+				"or list the Host names clients use in server.public_hosts; the MCP token audience is never taken from an unchecked Host", i)
+			return
+		}
+	}
+}
+
+// validPublicHost accepts host or host:port (a name, IPv4 or [IPv6]) with nothing else: no
+// scheme, user info, path, query or fragment.
+func validPublicHost(h string) bool {
+	if h == "" || strings.ContainsAny(h, "/?#@ \t") {
+		return false
+	}
+	u, err := url.Parse("http://" + h)
+	if err != nil || u.Host != h || u.Hostname() == "" {
+		return false
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		return err == nil && n >= 1 && n <= 65535
+	}
+	return !strings.HasSuffix(h, ":")
 }
 
 func (c *Config) validateScaling(v *validator) {

@@ -235,3 +235,49 @@ func TestMCPDefaults(t *testing.T) {
 		t.Fatalf("%+v %+v", c.Server, c.Apps)
 	}
 }
+
+// TestPublicOrigin (issue 24): with MCP enabled, the resource every token must name is never
+// left to the request's Host: server.public_url or server.public_hosts is required, and
+// public_hosts holds plain host[:port] names only.
+func TestPublicOrigin(t *testing.T) {
+	clearEnv(t)
+	const mcpApp = minimal + "    toolmark: {enabled: true, mcp: {enabled: true}}\n"
+	tests := []struct {
+		name string
+		yaml string
+		want string // "" = valid
+	}{
+		{"mcp without public_url or public_hosts", mcpApp,
+			"server.public_url: or server.public_hosts is required when MCP is enabled (apps[0].toolmark.mcp.enabled)"},
+		{"mcp on the second app", minimal + "  - {app_id: '2', key: k2, secret: s2, toolmark: {enabled: true, mcp: {enabled: true}}}\n",
+			"server.public_url: or server.public_hosts is required when MCP is enabled (apps[1].toolmark.mcp.enabled)"},
+		{"mcp with public_url", "server: {public_url: 'https://ws.example.com'}\n" + mcpApp, ""},
+		{"mcp with public_hosts", "server: {public_hosts: ['ws.example.com', 'WS.example.com:8443', '127.0.0.1:8080', '[::1]:8080']}\n" + mcpApp, ""},
+		{"mcp enabled but toolmark off", minimal + "    toolmark: {mcp: {enabled: true}}\n", ""},
+		{"no mcp, no public origin", minimal, ""},
+		{"public_hosts with a scheme", "server: {public_hosts: ['https://ws.example.com']}\n" + mcpApp,
+			`server.public_hosts[0]: must be a host or host:port as clients send it in Host, like "ws.example.com" or "ws.example.com:8443", got "https://ws.example.com"`},
+		{"public_hosts with a path", "server: {public_hosts: ['ok.example.com', 'ws.example.com/x']}\n" + mcpApp, "server.public_hosts[1]: must be a host or host:port"},
+		{"public_hosts with user info", "server: {public_hosts: ['u@ws.example.com']}\n" + mcpApp, "server.public_hosts[0]"},
+		{"public_hosts port out of range", "server: {public_hosts: ['ws.example.com:70000']}\n" + mcpApp, "server.public_hosts[0]"},
+		{"public_hosts empty port", "server: {public_hosts: ['ws.example.com:']}\n" + mcpApp, "server.public_hosts[0]"},
+		{"public_hosts empty", "server: {public_hosts: ['']}\n" + mcpApp, "server.public_hosts[0]"},
+		{"public_hosts and public_url", "server: {public_url: 'https://ws.example.com', public_hosts: ['ws.example.com']}\n" + mcpApp,
+			"server.public_hosts: must be empty when server.public_url is set"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(writeFile(t, tt.yaml))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("want valid, got %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v\nwant it to contain %q", err, tt.want)
+			}
+		})
+	}
+	c, err := Load(writeFile(t, "server: {public_hosts: [' WS.Example.com:8443 ']}\n"+mcpApp))
+	if err != nil || len(c.Server.PublicHosts) != 1 || c.Server.PublicHosts[0] != "ws.example.com:8443" {
+		t.Fatalf("public_hosts %q, %v: want trimmed and lower-cased", c.Server.PublicHosts, err)
+	}
+}

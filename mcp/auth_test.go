@@ -130,3 +130,54 @@ func TestHTTPAuthStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestForgedHost (issue 24): without server.public_url the resource a token must name comes
+// from Host only when server.public_hosts lists that Host. A caller holding a token of the
+// same issuer for another deployment ("staging.test") who sends that deployment's Host is
+// refused with 421, never authenticated against a resource built from it; the metadata
+// document is refused the same way. Before the fix the forged Host made the token valid.
+func TestForgedHost(t *testing.T) {
+	const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	listed := func(o *Options) { o.PublicURL, o.PublicHosts = "", []string{"mcp.test"} }
+	neither := func(o *Options) { o.PublicURL, o.PublicHosts = "", nil }
+	for _, tc := range []struct {
+		name string
+		opts func(*Options)
+		host string
+		code int
+	}{
+		{"a listed Host, its own token", listed, "mcp.test", http.StatusOK},
+		{"a forged Host, a token for its resource", listed, "staging.test", http.StatusMisdirectedRequest},
+		{"a forged Host in upper case", listed, "STAGING.test", http.StatusMisdirectedRequest},
+		{"no public_url nor public_hosts", neither, "mcp.test", http.StatusMisdirectedRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, bridgeLimits(), tc.opts)
+			aud := "http://" + strings.ToLower(tc.host) + "/toolmark/mcp"
+			req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/toolmark/mcp", strings.NewReader(initBody))
+			req.Host = tc.host
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Authorization", "Bearer "+token("secret1", map[string]any{"aud": aud}))
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = res.Body.Close()
+			if res.StatusCode != tc.code {
+				t.Fatalf("POST with Host %q and a token for %s: %d, want %d", tc.host, aud, res.StatusCode, tc.code)
+			}
+
+			meta := httptest.NewRequest(http.MethodGet, MetadataPath(""), nil)
+			meta.Host = tc.host
+			rec := httptest.NewRecorder()
+			h.mcp.ServeMetadata(rec, meta)
+			if rec.Code != tc.code {
+				t.Fatalf("metadata with Host %q: %d %s, want %d", tc.host, rec.Code, rec.Body, tc.code)
+			}
+			if tc.code == http.StatusOK && !strings.Contains(rec.Body.String(), `"resource":"`+aud+`"`) {
+				t.Fatalf("metadata %s does not name %s", rec.Body, aud)
+			}
+		})
+	}
+}

@@ -72,32 +72,40 @@ func TestProtocol20260728(t *testing.T) {
 	})
 }
 
-// TestResource: the audience and metadata URL of a request, table-driven.
+// TestResource: the audience and metadata URL of a request, table-driven. Without
+// public_url the resource comes from Host only when public_hosts lists it (issue 24): any
+// other Host is refused, never turned into an audience.
 func TestResource(t *testing.T) {
 	loopbackProxy := []netip.Prefix{}
+	hosts := []string{"127.0.0.1:8080", "ws.example.com"}
 	tests := []struct {
 		name, publicURL, path, host, remote, xfp string
 		tls                                      bool
 		proxies                                  []netip.Prefix
-		want                                     string // "" = refused
+		hosts                                    []string
+		want                                     string // "" = refused with code
+		code                                     int
 	}{
 		{name: "public_url wins", publicURL: "https://ws.example.com", path: "/ws", host: "evil:1", remote: "1.2.3.4:5", want: "https://ws.example.com/ws/toolmark/mcp"},
-		{name: "from Host", host: "127.0.0.1:8080", remote: "1.2.3.4:5", want: "http://127.0.0.1:8080/toolmark/mcp"},
-		{name: "Host is lowercased", host: "WS.Example.com", remote: "1.2.3.4:5", want: "http://ws.example.com/toolmark/mcp"},
-		{name: "TLS", host: "ws.example.com", remote: "1.2.3.4:5", tls: true, want: "https://ws.example.com/toolmark/mcp"},
-		{name: "X-Forwarded-Proto from loopback", host: "ws.example.com", remote: "127.0.0.1:5", xfp: "https", proxies: loopbackProxy, want: "https://ws.example.com/toolmark/mcp"},
-		{name: "X-Forwarded-Proto list", host: "ws.example.com", remote: "[::1]:5", xfp: "https, http", want: "https://ws.example.com/toolmark/mcp"},
-		{name: "X-Forwarded-Proto from a stranger", host: "ws.example.com", remote: "1.2.3.4:5", xfp: "https", want: "http://ws.example.com/toolmark/mcp"},
+		{name: "from a listed Host", host: "127.0.0.1:8080", remote: "1.2.3.4:5", hosts: hosts, want: "http://127.0.0.1:8080/toolmark/mcp"},
+		{name: "Host is lowercased", host: "WS.Example.com", remote: "1.2.3.4:5", hosts: hosts, want: "http://ws.example.com/toolmark/mcp"},
+		{name: "TLS", host: "ws.example.com", remote: "1.2.3.4:5", tls: true, hosts: hosts, want: "https://ws.example.com/toolmark/mcp"},
+		{name: "X-Forwarded-Proto from loopback", host: "ws.example.com", remote: "127.0.0.1:5", xfp: "https", proxies: loopbackProxy, hosts: hosts, want: "https://ws.example.com/toolmark/mcp"},
+		{name: "X-Forwarded-Proto list", host: "ws.example.com", remote: "[::1]:5", xfp: "https, http", hosts: hosts, want: "https://ws.example.com/toolmark/mcp"},
+		{name: "X-Forwarded-Proto from a stranger", host: "ws.example.com", remote: "1.2.3.4:5", xfp: "https", hosts: hosts, want: "http://ws.example.com/toolmark/mcp"},
 		{name: "X-Forwarded-Proto from a configured proxy", host: "ws.example.com", remote: "10.1.2.3:5", xfp: "https",
-			proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, want: "https://ws.example.com/toolmark/mcp"},
+			proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, hosts: hosts, want: "https://ws.example.com/toolmark/mcp"},
 		{name: "loopback not trusted once proxies are configured", host: "ws.example.com", remote: "127.0.0.1:5", xfp: "https",
-			proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, want: "http://ws.example.com/toolmark/mcp"},
-		{name: "a quote in Host", host: `a"b`, remote: "1.2.3.4:5"},
-		{name: "a slash in Host", host: "a/b", remote: "1.2.3.4:5"},
+			proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, hosts: hosts, want: "http://ws.example.com/toolmark/mcp"},
+		{name: "a Host not listed", host: "staging.example.com", remote: "1.2.3.4:5", hosts: hosts, code: http.StatusMisdirectedRequest},
+		{name: "a listed name on another port", host: "ws.example.com:8443", remote: "1.2.3.4:5", hosts: hosts, code: http.StatusMisdirectedRequest},
+		{name: "neither public_url nor public_hosts", host: "ws.example.com", remote: "1.2.3.4:5", code: http.StatusMisdirectedRequest},
+		{name: "a quote in Host", host: `a"b`, remote: "1.2.3.4:5", hosts: hosts, code: http.StatusBadRequest},
+		{name: "a slash in Host", host: "a/b", remote: "1.2.3.4:5", hosts: hosts, code: http.StatusBadRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Server{opts: Options{PublicURL: tc.publicURL, Path: tc.path, TrustedProxies: tc.proxies}}
+			s := &Server{opts: Options{PublicURL: tc.publicURL, PublicHosts: tc.hosts, Path: tc.path, TrustedProxies: tc.proxies}}
 			r := httptest.NewRequest(http.MethodPost, "/toolmark/mcp", nil)
 			r.Host, r.RemoteAddr = tc.host, tc.remote
 			if tc.xfp != "" {
@@ -106,15 +114,15 @@ func TestResource(t *testing.T) {
 			if tc.tls {
 				r.TLS = &tls.ConnectionState{}
 			}
-			res, meta, ok := s.resource(r)
+			res, meta, herr := s.resource(r)
 			if tc.want == "" {
-				if ok {
-					t.Fatalf("accepted %q", res)
+				if herr == nil || herr.code != tc.code {
+					t.Fatalf("resource %q, refusal %+v; want refused with %d", res, herr, tc.code)
 				}
 				return
 			}
-			if !ok || res != tc.want {
-				t.Fatalf("resource %q, want %q", res, tc.want)
+			if herr != nil || res != tc.want {
+				t.Fatalf("resource %q (%+v), want %q", res, herr, tc.want)
 			}
 			if wantMeta := res[:len(res)-len(tc.path+endpointPath)] + wellKnownPath + tc.path + endpointPath; meta != wantMeta {
 				t.Fatalf("metadata %q, want %q", meta, wantMeta)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/reverbgo/reverbgo/bridge"
@@ -34,14 +35,21 @@ type ProtectedResourceMetadata struct {
 
 // origin is the scheme and host this request reached the server at: server.public_url when
 // set, else https for TLS or for X-Forwarded-Proto: https from a trusted proxy, http otherwise,
-// and the Host header. ok is false for a Host that is not a plain host[:port] (it would end up
-// in a header and in aud).
-func (s *Server) origin(r *http.Request) (string, bool) {
+// and the Host header, but only a Host listed in server.public_hosts. The caller chooses
+// Host, and the resource built from it is the aud a token must name: from an unchecked Host a
+// token issued by the same issuer for another deployment (or a sibling resource) would be
+// accepted by sending that deployment's Host. A refusal is a *hostError (its HTTP status).
+func (s *Server) origin(r *http.Request) (string, *hostError) {
 	if s.opts.PublicURL != "" {
-		return s.opts.PublicURL, true
+		return s.opts.PublicURL, nil
 	}
 	if !validHost(r.Host) {
-		return "", false
+		return "", &hostError{http.StatusBadRequest, "Invalid Host header"}
+	}
+	host := strings.ToLower(r.Host)
+	if !slices.Contains(s.opts.PublicHosts, host) {
+		// RFC 9110 §15.5.20: this server is not configured to answer for that authority.
+		return "", &hostError{http.StatusMisdirectedRequest, "Host not served: not in server.public_hosts (and server.public_url is not set)"}
 	}
 	scheme := "http"
 	if r.TLS != nil {
@@ -51,16 +59,23 @@ func (s *Server) origin(r *http.Request) (string, bool) {
 			scheme = "https"
 		}
 	}
-	return scheme + "://" + strings.ToLower(r.Host), true
+	return scheme + "://" + host, nil
+}
+
+// hostError is why a request's resource could not be named: a malformed Host (400) or one
+// this server does not answer for (421).
+type hostError struct {
+	code   int
+	reason string
 }
 
 // resource is the token audience of this endpoint for r; metadataURL the document's URL.
-func (s *Server) resource(r *http.Request) (resource, metadataURL string, ok bool) {
-	o, ok := s.origin(r)
-	if !ok {
-		return "", "", false
+func (s *Server) resource(r *http.Request) (resource, metadataURL string, herr *hostError) {
+	o, herr := s.origin(r)
+	if herr != nil {
+		return "", "", herr
 	}
-	return o + s.opts.Path + endpointPath, o + MetadataPath(s.opts.Path), true
+	return o + s.opts.Path + endpointPath, o + MetadataPath(s.opts.Path), nil
 }
 
 // trustedPeer: the TCP peer is one of server.trusted_proxies (default loopback).
@@ -139,9 +154,9 @@ func (s *Server) ServeMetadata(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "Method not allowed")
 		return
 	}
-	resource, _, ok := s.resource(r)
-	if !ok {
-		writeError(w, http.StatusBadRequest, "Invalid Host header")
+	resource, _, herr := s.resource(r)
+	if herr != nil {
+		writeError(w, herr.code, herr.reason)
 		return
 	}
 	b, _ := json.Marshal(ProtectedResourceMetadata{

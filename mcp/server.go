@@ -65,10 +65,14 @@ type Options struct {
 	MaxNodeSessions int
 	// DescribeTimeout bounds each describe of a tools/list (default and maximum 5 s).
 	DescribeTimeout time.Duration
-	// PublicURL is server.public_url ("" = from each request), Path server.path: together the
-	// resource every token must name in aud.
+	// PublicURL is server.public_url ("" = from each request's Host, when listed in
+	// PublicHosts), Path server.path: together the resource every token must name in aud.
 	PublicURL string
 	Path      string
+	// PublicHosts is server.public_hosts (lower-case host[:port]): with PublicURL empty, the
+	// only Hosts the resource is built from; any other is refused with 421, and with neither
+	// set every request is (config refuses that combination when MCP is enabled).
+	PublicHosts []string
 	// TrustedProxies may set X-Forwarded-Proto (nil = loopback peers only).
 	TrustedProxies []netip.Prefix
 	// HTTPClient fetches the apps' jwks_url (nil = a client with a 5 s timeout).
@@ -217,9 +221,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.preflight(w, r)
 		return
 	}
-	resource, metadataURL, ok := s.resource(r)
-	if !ok {
-		writeError(w, http.StatusBadRequest, "Invalid Host header")
+	resource, metadataURL, herr := s.resource(r)
+	if herr != nil {
+		writeError(w, herr.code, herr.reason)
 		return
 	}
 	o := r.Header.Get("Origin")
@@ -267,6 +271,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var id string
+		var ok bool
 		if method, id, ok = singleRequest(body); ok {
 			switch method {
 			case "tools/call":

@@ -19,10 +19,12 @@ import (
 // batch in the store across re-claims), and acknowledges it in the store. The signature is
 // computed per attempt with the current secret, so a secret rotated by SetApps applies to
 // retries too. With a shared store the lease is renewed for the batch's whole life, during
-// the POST too, so a slow receiver cannot make it lapse. It returns false when this node
-// must stop delivering the outbox: Close's context ended, a shared store's Dispatcher is
-// closing (the batch stays in flight in the store for the next owner), or the lease was lost.
-func (ob *outbox) deliver(b Batch) bool {
+// the POST too, so a slow receiver cannot make it lapse; claimed is when the Claim that
+// leased it was sent (the lease runs from no earlier than that). It returns false when this
+// node must stop delivering the outbox: Close's context ended, a shared store's Dispatcher
+// is closing (the batch stays in flight in the store for the next owner), or the lease was
+// lost or could not be renewed in time.
+func (ob *outbox) deliver(b Batch, claimed time.Time) bool {
 	d := ob.d
 	batch := b.Events
 	body := encodeBody(d.now(), batch)
@@ -39,11 +41,14 @@ func (ob *outbox) deliver(b Batch) bool {
 	var lost <-chan struct{} // closed when the lease is lost; nil (never) in memory
 	if d.shared {
 		var stop func()
-		lost, stop = ob.keepLease(cancel)
+		lost, stop = ob.keepLease(claimed, cancel)
 		defer stop()
 	}
 
 	for attempt := 1; ; attempt++ {
+		if isClosed(lost) {
+			return ob.lostLease(n)
+		}
 		if attempt > 1 {
 			d.retried.Add(1)
 		}
@@ -123,33 +128,63 @@ func (ob *outbox) stop(batch [][]byte, attempts int, err error) bool {
 // slow or fails once still leaves time for the next.
 func RenewEvery(lease time.Duration) time.Duration { return lease / 4 }
 
-// keepLease renews the outbox's lease every RenewEvery(lease) until stop is called. When a
-// renewal finds the lease taken it closes lost and calls cancel (which ends a POST in
-// flight): another owner sends the batch. A failed renewal (Redis unreachable) is retried
-// at the next tick; the lease then lapses only if the store stays unreachable.
-func (ob *outbox) keepLease(cancel context.CancelFunc) (lost <-chan struct{}, stop func()) {
+// LeaseMargin is how long before a lease could expire its owner stops sending when it could
+// not renew it: a quarter of the lease, which covers the cancelled POST's way out of the
+// HTTP client and the clock drift between this node and Redis. Stopping then, not at the
+// expiry, is what makes a duplicate impossible by design: another node can claim only after
+// the expiry, and by then this one has stopped.
+func LeaseMargin(lease time.Duration) time.Duration { return lease / 4 }
+
+// keepLease renews the outbox's lease every RenewEvery(lease) until stop is called. It
+// closes lost and calls cancel (which ends a POST in flight) when a renewal finds the lease
+// taken (another owner sends the batch) and when no renewal has succeeded for the lease
+// minus LeaseMargin, counted from when the last successful Renew (or, before the first, the
+// Claim at since) was sent: while Redis is unreachable the lease may lapse unseen and
+// another node may claim the batch, so this one must have stopped sending by then.
+func (ob *outbox) keepLease(since time.Time, cancel context.CancelFunc) (lost <-chan struct{}, stop func()) {
 	d := ob.d
 	l := make(chan struct{})
 	quit, done := make(chan struct{}), make(chan struct{})
 	every := RenewEvery(d.lease)
+	valid := d.lease - LeaseMargin(d.lease) // how long a successful renewal keeps us sending
+	lose := func(reason string, err error) {
+		d.log.Warn("webhook outbox lease not kept; this node stops sending the batch",
+			"app_id", ob.appID, "url", ob.logURL, "reason", reason, "error", err)
+		close(l)
+		cancel()
+	}
 	go func() {
 		defer close(done)
 		t := time.NewTicker(every)
 		defer t.Stop()
+		deadline := since.Add(valid)
+		expire := time.NewTimer(time.Until(deadline))
+		defer expire.Stop()
 		for {
 			select {
 			case <-quit:
 				return
 			case <-d.ctx.Done():
 				return
+			case <-expire.C:
+				lose("not renewed in time", nil)
+				return
 			case <-t.C:
 			}
-			ctx, c := context.WithTimeout(d.ctx, min(opTimeout, every))
+			sent := time.Now()
+			// A renewal that would answer after the deadline cannot help: bound it by that.
+			ctx, c := context.WithTimeout(d.ctx, min(opTimeout, every, time.Until(deadline)))
 			ok, err := d.store.Renew(ctx, ob.key, d.owner, d.lease)
 			c()
-			if err == nil && !ok {
-				close(l)
-				cancel()
+			switch {
+			case err == nil && !ok:
+				lose("taken by another owner", nil)
+				return
+			case err == nil:
+				deadline = sent.Add(valid)
+				expire.Reset(time.Until(deadline))
+			case !time.Now().Before(deadline):
+				lose("not renewed in time", err)
 				return
 			}
 		}

@@ -143,7 +143,8 @@ func (ob *outbox) run() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
-		batch, ok, err := d.store.Claim(ctx, ob.key, d.owner, d.maxBatch, d.lease, time.Now())
+		claimed := time.Now()
+		batch, ok, err := d.store.Claim(ctx, ob.key, d.owner, d.maxBatch, d.lease, claimed)
 		cancel()
 		if err != nil {
 			d.log.Warn("webhook outbox not readable; retried at the next poll",
@@ -168,7 +169,7 @@ func (ob *outbox) run() {
 		ob.mu.Unlock()
 		// On false the loop's checks end it: Close's context ended (memory: the rest is
 		// dropped), a shared store is closing, or the lease was lost (the claim is refused).
-		ob.deliver(batch)
+		ob.deliver(batch, claimed)
 	}
 }
 

@@ -48,7 +48,13 @@ func startNodes(t *testing.T, n int, redisURL, channel string) []*testNode {
 // startNodesWith is startNodes with extra flow-style keys for the app (e.g. its toolmark).
 func startNodesWith(t *testing.T, n int, appKeys, redisURL, channel string) []*testNode {
 	t.Helper()
-	yaml := "apps:\n  - {app_id: " + appID + ", key: " + appKey + ", secret: " + secret + ", " + appKeys + "}\n"
+	return startNodesTop(t, n, "", appKeys, redisURL, channel)
+}
+
+// startNodesTop is startNodesWith with top-level YAML (e.g. a server: line) before apps.
+func startNodesTop(t *testing.T, n int, top, appKeys, redisURL, channel string) []*testNode {
+	t.Helper()
+	yaml := top + "apps:\n  - {app_id: " + appID + ", key: " + appKey + ", secret: " + secret + ", " + appKeys + "}\n"
 	if redisURL != "" {
 		yaml += fmt.Sprintf("scaling: {enabled: true, redis_url: %q, channel: %q}\n", redisURL, channel)
 	}

@@ -290,7 +290,8 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	g := e.Group(prefix)
 	br.Register(g, prefix)
 	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger,
-		PublicURL: cfg.Server.PublicURL, Path: prefix, TrustedProxies: trustedProxies(cfg.Server.TrustedProxies)})
+		PublicURL: cfg.Server.PublicURL, PublicHosts: cfg.Server.PublicHosts, Path: prefix,
+		TrustedProxies: trustedProxies(cfg.Server.TrustedProxies)})
 	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
 	// RFC 9728: the metadata path is the resource's path under /.well-known/, outside server.path.
 	e.Match([]string{http.MethodGet, http.MethodHead, http.MethodOptions}, mcp.MetadataPath(prefix),

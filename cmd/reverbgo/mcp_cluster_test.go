@@ -62,13 +62,18 @@ func TestMCPAcrossNodes(t *testing.T) {
 	for name, top := range tops {
 		for _, version := range []string{"2026-07-28", "2025-11-25"} {
 			t.Run(name+"/"+version, func(t *testing.T) {
-				nodes := startNodesWith(t, top.nodes, "toolmark: {enabled: true, mcp: {enabled: true}}", top.url, "test-"+uuid.NewString())
+				// MCP needs server.public_url (or public_hosts): the tokens' aud is fixed.
+				nodes := startNodesTop(t, top.nodes, "server: {public_url: '"+mcpPublicURL+"'}\n",
+					"toolmark: {enabled: true, mcp: {enabled: true}}", top.url, "test-"+uuid.NewString())
 				a, b := nodes[0], nodes[len(nodes)-1]
 				mcpFlow(t, a, b, version)
 			})
 		}
 	}
 }
+
+// mcpPublicURL is the nodes' server.public_url, so every node names one resource.
+const mcpPublicURL = "http://mcp.test"
 
 // mcpFlow: a page on b, an MCP client at version on a: list, list_changed, call.
 func mcpFlow(t *testing.T, a, b *testNode, version string) {
@@ -87,7 +92,7 @@ func mcpFlow(t *testing.T, a, b *testNode, version string) {
 	mcpPagePost(t, b, page.socket, pt, conv, map[string]any{"protocol": 1, "type": "manifest", "clientId": "p1", "rev": 1, "tools": tools})
 
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"iss": appKey, "sub": "u1",
-		"conversation_id": conv, "aud": a.ts.URL + "/toolmark/mcp", "exp": time.Now().Add(time.Minute).Unix()}).SignedString([]byte(secret))
+		"conversation_id": conv, "aud": mcpPublicURL + "/toolmark/mcp", "exp": time.Now().Add(time.Minute).Unix()}).SignedString([]byte(secret))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ describe('pending slots', () => {
   test('one client with 1,100 slow bodies cannot hold another client at 503 (behind a trusted proxy)', async (t) => {
     const port = await freePort();
     const proxied = await startServer({ server: { port },
-      config: { server: { host: '127.0.0.1', port, trusted_proxies: ['127.0.0.1'] }, apps: [APP] } });
+      config: { server: { host: '127.0.0.1', port, public_url: PUBLIC_URL, trusted_proxies: ['127.0.0.1'] }, apps: [APP] } });
     t.after(() => proxied.stop());
     // Client A (its proxy says 198.51.100.1) sends signed requests whose bodies never finish.
     const full = Buffer.from(JSON.stringify({ name: 'e', channel: 'c', data: 'x'.repeat(500) }));

@@ -13,7 +13,7 @@ const http = require('node:http');
 const path = require('node:path');
 const readline = require('node:readline');
 const { spawn, execFileSync } = require('node:child_process');
-const { startServer } = require('../lib/server');
+const { startServer, freePort } = require('../lib/server');
 const { sdk } = require('../lib/clients');
 const { startAuthApp } = require('../lib/authapp');
 const { cleanup, uid } = require('../lib/util');
@@ -25,6 +25,30 @@ const ISSUER = 'https://auth.e2e';
 const METADATA_URL = `${PUBLIC_URL}/.well-known/oauth-protected-resource/toolmark/mcp`;
 const TOOLS_A = [{ name: 'notes.list', llmName: 'notes__list', description: 'List notes', hints: { readOnly: true } }];
 const TOOLS_B = [{ name: 'mail.send', llmName: 'mail__send', description: 'Send mail', hints: {} }];
+
+/** One request with the given Host header (fetch does not let a caller choose Host). */
+function rawRequest(method, port, path, host, token) {
+  return new Promise((resolve, reject) => {
+    const headers = { Host: host, Accept: 'application/json, text/event-stream' };
+    let body;
+    if (method === 'POST') {
+      body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+      headers['Content-Type'] = 'application/json';
+    }
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const req = http.request({ host: '127.0.0.1', port, path, method, headers, agent: false }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => resolve({ status: res.statusCode, text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+const rawPost = (port, path, host, token) => rawRequest('POST', port, path, host, token);
+const rawGet = (port, path, host) => rawRequest('GET', port, path, host);
 
 /** A key pair of the test authorization server, with its public JWK. */
 function keyPair(kind, kid) {
@@ -115,8 +139,9 @@ describe('protected resource metadata (RFC 9728)', () => {
     assert.equal(bad.headers.get('www-authenticate'), `Bearer resource_metadata="${METADATA_URL}", error="invalid_token"`);
   });
 
-  test('without server.public_url the resource is built from Host (and X-Forwarded-Proto from a loopback proxy)', async (t) => {
-    const own = await startServer({ apps: [APP], server: { path: '/ws' }, nodes: 1 });
+  test('without server.public_url the resource is built from a Host in server.public_hosts (and X-Forwarded-Proto from a loopback proxy)', async (t) => {
+    const port = await freePort();
+    const own = await startServer({ apps: [APP], server: { path: '/ws', port, public_hosts: [`127.0.0.1:${port}`] }, nodes: 1 });
     cleanup(t).add(() => own.stop());
     const base = `http://127.0.0.1:${own.port}`;
     const doc = await (await fetch(`${base}/.well-known/oauth-protected-resource/ws/toolmark/mcp`)).json();
@@ -130,6 +155,22 @@ describe('protected resource metadata (RFC 9728)', () => {
     const res = await fetch(`${own.url}/toolmark/mcp`, { method: 'POST', headers: { Authorization: `Bearer ${tokenFor(APP, { conv: 'c1' })}`,
       'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' }, body: '{}' });
     assert.equal(res.status, 401, 'a token for the public_url resource is not for this one');
+    // A Host not in public_hosts, with a token of the same issuer for that Host's resource
+    // (another deployment): refused, never a resource built from it (issue 24).
+    const forged = await rawPost(own.port, '/ws/toolmark/mcp', 'staging.example',
+      tokenFor(APP, { conv: uid('c'), aud: 'http://staging.example/ws/toolmark/mcp' }));
+    assert.equal(forged.status, 421, forged.text);
+    const forgedDoc = await rawGet(own.port, '/.well-known/oauth-protected-resource/ws/toolmark/mcp', 'staging.example');
+    assert.equal(forgedDoc.status, 421, forgedDoc.text);
+  });
+
+  test('MCP enabled without server.public_url or server.public_hosts: config check fails naming both keys', async () => {
+    const { runBinary, writeConfig } = require('../lib/server');
+    const cfg = writeConfig({ server: { host: '127.0.0.1', port: 1 }, apps: [APP] });
+    const r = await runBinary(['config', 'check', '--config', cfg.file]);
+    cfg.remove();
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr + r.stdout, /server\.public_url: or server\.public_hosts is required when MCP is enabled/);
   });
 });
 
