@@ -295,17 +295,7 @@ func (c *Client) watchSentinels() {
 
 // Close stops the sentinel watcher and closes every Sub, then the client.
 func (c *Client) Close() error {
-	c.cancel()
-	c.mu.Lock()
-	subs := make([]*Sub, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
-	c.mu.Unlock()
-	for _, s := range subs {
-		s.Close()
-	}
-	c.wg.Wait()
+	c.CloseSubs()
 	c.pmu.Lock()
 	if c.pub != nil {
 		_ = c.pub.Close()
