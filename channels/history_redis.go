@@ -2,24 +2,19 @@ package channels
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
-//go:embed history_append.lua
-var historyAppendLua string
-
-//go:embed history_since.lua
-var historySinceLua string
-
 var (
-	historyAppendScript = redis.NewScript(historyAppendLua)
-	historySinceScript  = redis.NewScript(historySinceLua)
+	historyAppendScript = redisx.Script("channels_history_append")
+	historySinceScript  = redisx.Script("channels_history_since")
 )
 
 // RedisHistory is the cluster History: each channel's serial, epoch and history list live
@@ -51,20 +46,36 @@ func (h *RedisHistory) epochCandidate() string {
 // AppendCmd queues on pipe (or runs, with h's client as pipe) the script that gives frame
 // the channel's next serial, keeps it, and, when topic is not "", PUBLISHes (SPUBLISH on
 // Cluster) envPrefix followed by the new frame to topic: the broker writer's hook, one
-// round trip per publish as before. Read the result with HistoryAppended.
-func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte) *redis.Cmd {
+// round trip per publish as before. node and seq (node "" = none) make a retry of a batch
+// that did reach Redis a no-op: the script remembers each node's last sequence number per
+// channel (for the TTL) and answers serial 0 to a number it has seen. Read the result with
+// HistoryAppended.
+func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte, node string, seq uint64) *redis.Cmd {
 	payload := framePayload(frame)
 	if len(payload) > 0 {
 		payload = payload[:len(payload)-1] // the script appends ,"serial":N}
 	}
-	serial, epoch, list := h.keys.HistoryKeys(app, ch)
+	serial, epoch, list, nodes := h.keys.HistoryKeys(app, ch)
 	sharded := "0"
 	if h.sharded {
 		sharded = "1"
 	}
-	return historyAppendScript.Run(ctx, pipe, []string{serial, epoch, list},
-		max(lim.Size, 1), max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), except, payload, topic, sharded, envPrefix)
+	return pipe.EvalSha(ctx, historyAppendScript.Hash(), []string{serial, epoch, list, nodes},
+		max(lim.Size, 1), max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), except, payload, topic, sharded, envPrefix, node, seq)
 }
+
+// LoadScripts loads the history scripts into rdb (every master on Cluster): AppendCmd
+// sends only their hash, so a Redis that lost its script cache (a restart, a failover to a
+// replica that never ran it) answers NOSCRIPT until they are loaded again.
+func LoadScripts(ctx context.Context, rdb redis.Scripter) error {
+	if err := historyAppendScript.Load(ctx, rdb).Err(); err != nil {
+		return err
+	}
+	return historySinceScript.Load(ctx, rdb).Err()
+}
+
+// IsNoScript reports whether err is Redis's answer to an unknown script hash.
+func IsNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // HistoryAppended reads an AppendCmd's result: the serial and the new frame.
 func HistoryAppended(cmd *redis.Cmd) (uint64, []byte, error) {
@@ -86,7 +97,14 @@ func (h *RedisHistory) Append(ctx context.Context, app, ch string, lim HistoryLi
 	if framePayload(frame) == nil {
 		return 0, nil, errors.New("history: not a server frame")
 	}
-	n, f, err := HistoryAppended(h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil))
+	cmd := h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0)
+	if IsNoScript(cmd.Err()) {
+		if err := LoadScripts(ctx, h.rdb); err != nil {
+			return 0, nil, err
+		}
+		cmd = h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0)
+	}
+	n, f, err := HistoryAppended(cmd)
 	if err == nil && deliver != nil {
 		deliver(n, f)
 	}
@@ -108,7 +126,7 @@ func (h *RedisHistory) Since(ctx context.Context, app, ch string, lim HistoryLim
 }
 
 func (h *RedisHistory) since(ctx context.Context, app, ch string, lim HistoryLimits, after int64) (Position, []HistoryEvent, bool, error) {
-	serialKey, epochKey, list := h.keys.HistoryKeys(app, ch)
+	serialKey, epochKey, list, _ := h.keys.HistoryKeys(app, ch)
 	res, err := historySinceScript.Run(ctx, h.rdb, []string{serialKey, epochKey, list},
 		max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), after).Slice()
 	if err != nil {

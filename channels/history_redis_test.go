@@ -24,7 +24,7 @@ func TestRedisHistory(t *testing.T) {
 			}, func(t *testing.T, _ channels.History, app, ch string) {
 				// What TTL expiry (or a Redis restart without persistence) leaves: no keys.
 				rdb := be.Client(t)
-				s, e, l := keys.HistoryKeys(app, ch)
+				s, e, l, _ := keys.HistoryKeys(app, ch)
 				for _, k := range []string{s, e, l} {
 					if err := rdb.Del(context.Background(), k).Err(); err != nil {
 						t.Fatal(err)
@@ -44,6 +44,9 @@ func TestRedisHistoryAppendPublishes(t *testing.T) {
 			rdb := be.Client(t)
 			keys := channels.NewKeySpace("test-"+uuid.NewString(), true)
 			h := channels.NewRedisHistory(rdb, keys)
+			if err := channels.LoadScripts(ctx, rdb); err != nil { // AppendCmd sends only the hash
+				t.Fatal(err)
+			}
 			topic := keys.Topic("app", "c")
 			sub := rdb.Subscribe(ctx, topic)
 			if channels.IsCluster(rdb) { // the script SPUBLISHes: a shard subscription hears it
@@ -56,7 +59,7 @@ func TestRedisHistoryAppendPublishes(t *testing.T) {
 			}
 			in := ws.TextFrame([]byte(`{"event":"e","channel":"c","data":"1"}`))
 			lim := channels.HistoryLimits{Size: 10, TTL: time.Minute}
-			n, f, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", in, topic, []byte("ENV")))
+			n, f, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", in, topic, []byte("ENV"), "", 0))
 			if err != nil || n != 1 || !bytes.Equal(f, channels.AppendSerial(in, 1)) {
 				t.Fatalf("append: %d %q %v", n, f, err)
 			}
@@ -67,12 +70,12 @@ func TestRedisHistoryAppendPublishes(t *testing.T) {
 			// Lua frames the 4- and 10-byte headers like ws.TextFrame.
 			for i, size := range []int{200, 70000} {
 				big := ws.TextFrame([]byte(`{"event":"e","data":"` + string(bytes.Repeat([]byte("x"), size)) + `"}`))
-				n, f, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", big, "", nil))
+				n, f, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", big, "", nil, "", 0))
 				if err != nil || n != uint64(2+i) || !bytes.Equal(f, channels.AppendSerial(big, n)) {
 					t.Fatalf("append %d bytes: serial %d, frame equal %v, %v", size, n, bytes.Equal(f, channels.AppendSerial(big, n)), err)
 				}
 			}
-			s, e, l := keys.HistoryKeys("app", "c")
+			s, e, l, _ := keys.HistoryKeys("app", "c")
 			for _, k := range []string{s, e, l} {
 				if ttl := rdb.TTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
 					t.Errorf("%s: TTL %v", k, ttl)

@@ -171,9 +171,17 @@ func Slot(key string) int {
 	return int(crc16(key) % clusterSlots)
 }
 
-// HistoryKeys are a recovery channel's serial, epoch and history list (history_redis.go).
-// They carry the hash tag of the channel's topic: the append script SPUBLISHes to the
-// topic, and on Cluster a script's shard channel must be in its keys' slot.
-func (k *KeySpace) HistoryKeys(app, ch string) (serial, epoch, list string) {
-	return k.ChannelKey("hs", app, ch), k.ChannelKey("he", app, ch), k.ChannelKey("hl", app, ch)
+// HistoryKeys are a recovery channel's serial, epoch, history list and last sequence
+// number per publishing node (history_redis.go). The append script publishes to the
+// channel's pub/sub channel, and on Cluster a script's shard channel must be in its keys'
+// slot: under interest routing they carry the hash tag of the channel's topic; under
+// broadcast routing the broadcast channel's own slot ("{<channel>}:reverbgo:..."), where
+// every publish goes anyway.
+func (k *KeySpace) HistoryKeys(app, ch string) (serial, epoch, list, nodes string) {
+	if !k.spread {
+		p := "{" + k.channel + "}:" + DefaultRedisPrefix
+		tail := ":" + ch + ":" + app
+		return p + "hs" + tail, p + "he" + tail, p + "hl" + tail, p + "hn" + tail
+	}
+	return k.ChannelKey("hs", app, ch), k.ChannelKey("he", app, ch), k.ChannelKey("hl", app, ch), k.ChannelKey("hn", app, ch)
 }

@@ -189,7 +189,13 @@ func (c *Client) Topology() Topology { return c.topo }
 // Sharded reports whether pub/sub is sharded (SSUBSCRIBE/SPUBLISH: Redis Cluster).
 func (c *Client) Sharded() bool { return c.topo == Cluster }
 
-// Publish publishes payload on channel with the topology's command (SPUBLISH on Cluster).
+// ScriptLoad loads a script where the pub/sub plane's pipelines run it (every master on
+// Cluster, the watcher's master on Sentinel).
+func (c *Client) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return c.plane().ScriptLoad(ctx, script)
+}
+
+// PublishTo publishes payload on channel with the topology's command (SPUBLISH on Cluster).
 func (c *Client) PublishTo(ctx context.Context, channel string, payload any) error {
 	p := c.plane()
 	if c.Sharded() {

@@ -1,17 +1,30 @@
 -- Assigns a recovery channel's next serial, keeps the framed event and (optionally)
 -- publishes it, in one call: the serial, the history and the publish cannot disagree.
--- KEYS: 1 serial, 2 epoch, 3 history list (one hash tag: the channel's topic's).
+-- KEYS: 1 serial, 2 epoch, 3 history list, 4 last sequence per publishing node (one hash
+--       tag: the channel's topic's, or the broadcast channel's).
 -- ARGV: 1 history_size, 2 history_ttl (s), 3 epoch to take when there is none,
 --       4 except (socket id), 5 the event's JSON payload without its closing '}',
 --       6 pub/sub channel ("" = do not publish), 7 "1" = SPUBLISH (Cluster),
---       8 envelope prefix (envelope_redis.go: the frame is the envelope's tail).
--- Returns {serial, frame, epoch}. A history entry is "<len(except)>:<except><frame>".
+--       8 envelope prefix (envelope_redis.go: the frame is the envelope's tail),
+--       9 publishing node ("" = no retry check), 10 its sequence number of the publish.
+-- Returns {serial, frame, epoch}; {0, "", epoch} when the node's publish of that sequence
+-- number (or a later one) already ran: the writer retried a batch that had reached Redis.
+-- A history entry is "<len(except)>:<except><frame>".
+local ttl = tonumber(ARGV[2])
 local epoch = redis.call('GET', KEYS[2])
 if not epoch then
   -- The history may have been lost (keys expired, Redis restarted): a new epoch, from 0.
   epoch = ARGV[3]
-  redis.call('DEL', KEYS[1], KEYS[3])
+  redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
   redis.call('SET', KEYS[2], epoch)
+end
+if ARGV[9] ~= '' then
+  local last = redis.call('HGET', KEYS[4], ARGV[9])
+  if last and tonumber(last) >= tonumber(ARGV[10]) then
+    return {0, '', epoch}
+  end
+  redis.call('HSET', KEYS[4], ARGV[9], ARGV[10])
+  redis.call('EXPIRE', KEYS[4], ttl)
 end
 local n = redis.call('INCR', KEYS[1])
 local p = ARGV[5] .. ',"serial":' .. n .. '}'
@@ -28,7 +41,6 @@ end
 local f = h .. p
 redis.call('RPUSH', KEYS[3], #ARGV[4] .. ':' .. ARGV[4] .. f)
 redis.call('LTRIM', KEYS[3], -tonumber(ARGV[1]), -1)
-local ttl = tonumber(ARGV[2])
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[2], ttl)
 redis.call('EXPIRE', KEYS[3], ttl)
