@@ -11,6 +11,18 @@ type Message struct {
 	// Cacheable marks an app event that a cache channel remembers for late subscribers;
 	// client events and pusher_internal events are never replayed.
 	Cacheable bool
+	// Recovery, on an HTTP API event of a recovery channel (issue 23), is its history's
+	// bounds: a broker that AssignsSerials gives Frame the channel's next serial where the
+	// event enters Redis, atomically with its publish. nil for everything else.
+	Recovery *HistoryLimits
+}
+
+// SerialBroker is a Broker that gives recovery messages (Message.Recovery) their serial
+// itself, as part of their publish (the cluster's, RedisBroker with a History): a
+// publisher hands such messages over unserialled and they are delivered, on every node,
+// with the serial. A broker without it gets messages whose serial the History gave.
+type SerialBroker interface {
+	AssignsSerials() bool
 }
 
 // Broker carries publishes to every node. Each node's broker calls the registry's

@@ -61,8 +61,10 @@ func (b *RedisBroker) onMessage(seen *seqFilter, payload string) {
 		b.warn("dropping a malformed message on the scaling channel", errors.New("bad envelope"))
 		return
 	}
-	if node == b.node || !seen.fresh(node, seq) {
-		return // delivered locally by Publish, or a retried batch's duplicate
+	// This node's own publishes were delivered by Publish, except recovery events, whose
+	// frame (with its serial) only Redis made.
+	if (node == b.node && dm.Recovery == nil) || !seen.fresh(node, seq) {
+		return // delivered locally, or a retried batch's duplicate
 	}
 	if d := b.deliver.Load(); d != nil {
 		(*d)(dm)

@@ -86,6 +86,10 @@ type RedisBrokerOptions struct {
 	// (restored false: lost, with its cause) and when it is confirmed again (restored true):
 	// presence reconcile and cache replays run on it. It must not block.
 	OnGap func(cause string, restored bool)
+	// History, when set, gives recovery messages (Message.Recovery) their serial: the
+	// writer runs its append script in place of the PUBLISH (one round trip, as before),
+	// and the serialled frame reaches this node's subscribers through its own subscription.
+	History *RedisHistory
 }
 
 // RedisBroker is the cluster Broker. A publish is delivered to this node's subscribers at
@@ -109,6 +113,7 @@ type RedisBroker struct {
 	node    string
 	log     *slog.Logger
 	cache   *RedisCache
+	hist    *RedisHistory
 	keys    *KeySpace
 	routing Routing
 	home    *redisx.Sub // broadcast routing's single subscription
@@ -147,7 +152,8 @@ type RedisBroker struct {
 type outbound struct {
 	m   Message
 	at  time.Time
-	env []byte // encoded by the writer on first send (it assigns the sequence number)
+	seq uint64 // the node's sequence number, assigned by the writer on first send
+	env []byte // encoded then (a recovery message's: its prefix, the script adds the frame)
 }
 
 var _ Broker = (*RedisBroker)(nil)
@@ -192,7 +198,7 @@ func NewRedisBroker(ctx context.Context, rdb redis.UniversalClient, opts RedisBr
 		rc, own = redisx.New(rdb, nil, opts.Logger), true
 	}
 	b := &RedisBroker{
-		rc: rc, ownRC: own, channel: opts.Channel, node: opts.NodeID, log: opts.Logger, cache: opts.Cache,
+		rc: rc, ownRC: own, channel: opts.Channel, node: opts.NodeID, log: opts.Logger, cache: opts.Cache, hist: opts.History,
 		keys: opts.Keys, routing: opts.Routing, onGap: opts.OnGap,
 		maxBacklog: opts.MaxBacklog, maxAge: opts.MaxAge, queue: make(chan outbound, queueSlots),
 		wdone: make(chan struct{}), dialled: make(chan struct{}),
@@ -232,6 +238,10 @@ func (b *RedisBroker) homeLost(cause string) {
 		b.lost(cause)
 	}
 }
+
+// AssignsSerials implements SerialBroker: with a History, recovery messages get their
+// serial from the writer's append script.
+func (b *RedisBroker) AssignsSerials() bool { return b.hist != nil }
 
 // Routing is the broker's routing.
 func (b *RedisBroker) Routing() Routing { return b.routing }
@@ -335,6 +345,9 @@ func (b *RedisBroker) PublishAll(_ context.Context, ms []Message) error {
 	b.qmu.RUnlock()
 	if d := b.deliver.Load(); d != nil {
 		for _, m := range ms {
+			if m.Recovery != nil && b.hist != nil {
+				continue // its frame gets the serial in Redis: delivered from the subscription
+			}
 			(*d)(m)
 		}
 	}
@@ -503,11 +516,20 @@ func (b *RedisBroker) send(batch []outbound) error {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	pipe := b.rc.Pipeline()
+	var scripts []*redis.Cmd
 	for i := range batch {
 		o := &batch[i]
+		serialled := o.m.Recovery != nil && b.hist != nil
 		if o.env == nil {
 			b.seq++
-			o.env = encodeEnvelope(b.node, b.seq, o.m)
+			o.seq = b.seq
+			if serialled {
+				head := o.m
+				head.Frame = nil
+				o.env = encodeEnvelope(b.node, o.seq, head)
+			} else {
+				o.env = encodeEnvelope(b.node, o.seq, o.m)
+			}
 		}
 		if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
 			b.cache.set(ctx, pipe, o.m.AppID, o.m.Channel, o.m.Frame)
@@ -516,12 +538,25 @@ func (b *RedisBroker) send(batch []outbound) error {
 		if b.router != nil {
 			to = b.keys.Topic(o.m.AppID, o.m.Channel)
 		}
-		if b.rc.Sharded() {
+		switch {
+		case serialled:
+			scripts = append(scripts, b.hist.AppendCmd(ctx, pipe, o.m.AppID, o.m.Channel, *o.m.Recovery, o.m.Except, o.m.Frame, to, o.env, b.node, o.seq))
+		case b.rc.Sharded():
 			pipe.SPublish(ctx, to, o.env)
-		} else {
+		default:
 			pipe.Publish(ctx, to, o.env)
 		}
 	}
 	_, err := pipe.Exec(ctx)
+	for _, c := range scripts {
+		if IsNoScript(c.Err()) {
+			// This Redis lost its script cache (a restart, a failover): load the scripts; the
+			// writer retries the batch, and the scripts skip what already ran (node, seq).
+			if lerr := LoadScripts(ctx, b.rc); lerr != nil {
+				b.warn("loading the history scripts failed", lerr)
+			}
+			break
+		}
+	}
 	return err
 }

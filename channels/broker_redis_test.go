@@ -17,11 +17,12 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{AppID: "app", Channel: "news", Frame: []byte("\x81\x03abc")},
 		{AppID: "", Channel: "", Frame: nil, Cacheable: true},
 		{AppID: "a:b\x00c", Channel: "private-x", Except: "1.2", Frame: []byte(strings.Repeat("\xff", 70000))},
+		{AppID: "app", Channel: "c", Frame: []byte("f"), Cacheable: true, Recovery: &HistoryLimits{Size: 5}},
 	}
 	for i, m := range cases {
 		node, seq, got, ok := decodeEnvelope(encodeEnvelope("n1", uint64(i)*1e12, m))
 		if !ok || node != "n1" || seq != uint64(i)*1e12 || got.AppID != m.AppID || got.Channel != m.Channel || got.Except != m.Except ||
-			string(got.Frame) != string(m.Frame) || got.Cacheable != m.Cacheable {
+			string(got.Frame) != string(m.Frame) || got.Cacheable != m.Cacheable || (got.Recovery != nil) != (m.Recovery != nil) {
 			t.Fatalf("round trip of %+v: %v %q %d %+v", m, ok, node, seq, got)
 		}
 	}
@@ -46,7 +47,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		}
 		node2, seq2, m2, ok := decodeEnvelope(encodeEnvelope(node, seq, m))
 		if !ok || node2 != node || seq2 != seq || m2.AppID != m.AppID || m2.Channel != m.Channel || m2.Except != m.Except ||
-			string(m2.Frame) != string(m.Frame) || m2.Cacheable != m.Cacheable {
+			string(m2.Frame) != string(m.Frame) || m2.Cacheable != m.Cacheable || (m2.Recovery != nil) != (m.Recovery != nil) {
 			t.Fatalf("re-encoding %q changed it", p)
 		}
 	})

@@ -31,7 +31,7 @@ func (ch *channel) deliverDeflating(m Message) int {
 	var by *ws.Deflater
 	n := 0
 	for id, sub := range ch.subs {
-		if id == m.Except && m.Except != "" {
+		if m.Except != "" && excluded(id, sub, m.Except) {
 			continue
 		}
 		n++

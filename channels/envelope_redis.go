@@ -7,8 +7,13 @@ import "encoding/binary"
 // garbage. "rg2" added the flags byte and the sequence number.
 const envelopeMagic = "rg2"
 
-// Envelope flags.
-const flagCacheable = 1
+// Envelope flags. flagSerialled marks a recovery channel's event whose frame the history
+// script made (it carries the serial): the publishing node delivers it from its own
+// subscription too, as it had no frame to deliver at publish time.
+const (
+	flagCacheable = 1
+	flagSerialled = 2
+)
 
 // cost is what a queued message counts against the backlog bound.
 func cost(m Message) int64 {
@@ -25,6 +30,9 @@ func encodeEnvelope(node string, seq uint64, m Message) []byte {
 	if m.Cacheable {
 		flags |= flagCacheable
 	}
+	if m.Recovery != nil {
+		flags |= flagSerialled
+	}
 	buf = append(buf, flags)
 	buf = binary.AppendUvarint(buf, seq)
 	for _, s := range [...]string{node, m.AppID, m.Channel, m.Except} {
@@ -33,6 +41,10 @@ func encodeEnvelope(node string, seq uint64, m Message) []byte {
 	}
 	return append(buf, m.Frame...)
 }
+
+// serialled is what a received message's Recovery points at: its frame already carries
+// its serial (receivers only read that it is set).
+var serialled HistoryLimits
 
 func decodeEnvelope(p []byte) (node string, seq uint64, m Message, ok bool) {
 	if len(p) < len(envelopeMagic)+1 || string(p[:len(envelopeMagic)]) != envelopeMagic {
@@ -55,5 +67,8 @@ func decodeEnvelope(p []byte) (node string, seq uint64, m Message, ok bool) {
 		p = p[w+int(n):]
 	}
 	m = Message{AppID: fields[1], Channel: fields[2], Except: fields[3], Frame: p, Cacheable: flags&flagCacheable != 0}
+	if flags&flagSerialled != 0 {
+		m.Recovery = &serialled
+	}
 	return fields[0], seq, m, true
 }

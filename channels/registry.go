@@ -349,7 +349,7 @@ func (r *Registry) DeliverLocal(m Message) int {
 		n = ch.deliverDeflating(m)
 	} else {
 		for id, sub := range ch.subs {
-			if id == m.Except && m.Except != "" {
+			if m.Except != "" && excluded(id, sub, m.Except) {
 				continue
 			}
 			sub.Send(m.Frame)
@@ -359,6 +359,23 @@ func (r *Registry) DeliverLocal(m Message) int {
 	ch.mu.RUnlock()
 	r.sent.add(n, len(m.Frame))
 	return n
+}
+
+// Resumed is a Subscriber that took over an earlier socket's subscription (a recovery
+// resume with socket_id): an event published excluding that earlier socket (toOthers())
+// is not delivered to it either, even when it reaches the channel after the resume.
+type Resumed interface {
+	PreviousSocketID() string
+}
+
+// excluded reports whether a message excluding except skips sub (socket id id). Only
+// messages with an Except pay for the check.
+func excluded(id string, sub Subscriber, except string) bool {
+	if id == except {
+		return true
+	}
+	r, ok := sub.(Resumed)
+	return ok && r.PreviousSocketID() == except
 }
 
 // SubscriptionCount is the number of local sockets subscribed to the channel.

@@ -197,7 +197,8 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		})
 		return
 	}
-	if c.srv.reg.SubscribeWaits(name) || (kind.IsCache() && c.srv.remote) {
+	// With scaling a recovery channel's position is read from Redis: a task too.
+	if c.srv.reg.SubscribeWaits(name) || (c.srv.remote && (kind.IsCache() || c.srv.recoveryOf(c.app.cfg.ID, name) != nil)) {
 		at.await(c, func(t onTask) {
 			if _, again := c.subscribed(name); again { // a repeat queued behind the first
 				c.resubscribed(name)
@@ -231,9 +232,16 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resum
 	cfg := c.app.cfg
 	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
 	b := c.holdWrites()
-	to, rsub, rec := c.recoverySubscriber(name) // recovery.go
+	to, rsub, rec := c.recoverySubscriber(name, resume) // recovery.go
 	count, added := c.srv.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, sub)
+	if rec != nil && c.srv.remote {
+		// The position is read once this node's Redis subscription to the channel is
+		// confirmed (on the task goroutine): every later serial then reaches it live.
+		ctx, cancel := context.WithTimeout(t.ctx, cacheReplayTimeout)
+		_ = c.srv.reg.AwaitRouted(ctx, cfg.ID, name)
+		cancel()
+	}
 	frames := c.answerFrames(t, name, "{}", rec, rsub, resume)
 	if session != nil {
 		frames = append([][]byte{session}, frames...)
@@ -301,7 +309,7 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member, resum
 		return
 	}
 	b := c.holdWrites()
-	to, rsub, rec := c.recoverySubscriber(name) // recovery.go
+	to, rsub, rec := c.recoverySubscriber(name, resume) // recovery.go
 	count, added := s.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)

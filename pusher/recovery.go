@@ -109,7 +109,8 @@ func newHistory(cfg *config.Config, h channels.History, remote bool) channels.Hi
 }
 
 // warnRecoveryOff logs, once at start, apps whose recovery cannot run: with scaling the
-// History is the cluster's (opts.History), which the broker's writer must feed.
+// History is the cluster's (opts.History, fed by the broker's writer), and a server built
+// with a remote registry but none answers resumes not_enabled.
 func (s *Server) warnRecoveryOff() {
 	if s.history != nil {
 		return
@@ -137,9 +138,11 @@ func (s *Server) recoveryOf(appID, ch string) *config.Recovery {
 	return &a.cfg.Recovery
 }
 
-// publishRecovered publishes the messages of one API request; those for recovery channels
-// get their serial from the History, which keeps them and delivers each under the channel's
-// serial order. The rest go to the broker as before, all or nothing among themselves.
+// publishRecovered publishes the messages of one API request. With scaling, those for
+// recovery channels are marked and the broker's writer gives each its serial where it
+// enters Redis, atomically with its publish (one round trip; the request stays all or
+// nothing). On one node they get their serial from the History, which keeps them and
+// delivers each under the channel's serial order; the rest go to the broker as before.
 func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) error {
 	plain := ms[:0:0]
 	for _, m := range ms {
@@ -148,6 +151,14 @@ func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) er
 		}
 	}
 	if len(plain) == len(ms) {
+		return s.reg.PublishAll(ctx, ms)
+	}
+	if s.brokerSerials {
+		for i := range ms {
+			if ms[i].Cacheable && s.recoveryOf(ms[i].AppID, ms[i].Channel) != nil {
+				ms[i].Recovery = &s.appsByID[ms[i].AppID].hist
+			}
+		}
 		return s.reg.PublishAll(ctx, ms)
 	}
 	for _, m := range ms {
@@ -179,6 +190,7 @@ func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) er
 // is known. Once a frame above it passed, it only forwards (one atomic load).
 type recoverySub struct {
 	c    *Conn
+	prev string // the resume's socket_id: events published excluding it skip this one too
 	open atomic.Bool
 	mu   sync.Mutex
 	set  bool
@@ -187,6 +199,10 @@ type recoverySub struct {
 }
 
 func (r *recoverySub) SocketID() string { return r.c.socketID }
+
+// PreviousSocketID implements channels.Resumed: an event published toOthers() by the
+// socket this one resumed from does not reach it live either (it raced the resume).
+func (r *recoverySub) PreviousSocketID() string { return r.prev }
 
 // Send implements channels.Subscriber (not channels.Deflating: Conn.Send compresses a
 // frame for this socket alone when it negotiated compression).
@@ -244,13 +260,16 @@ func resumeFailedFrame(name, reason string) []byte {
 }
 
 // recoverySubscriber is who the registry delivers (app, name) to for c: c itself, or on a
-// recovery channel a filter (the second result, nil otherwise).
-func (c *Conn) recoverySubscriber(name string) (channels.Subscriber, *recoverySub, *config.Recovery) {
+// recovery channel a filter (the second result, nil otherwise) that knows res's socket id.
+func (c *Conn) recoverySubscriber(name string, res *resumeRequest) (channels.Subscriber, *recoverySub, *config.Recovery) {
 	rec := c.srv.recoveryOf(c.app.cfg.ID, name)
 	if rec == nil {
 		return c, nil, nil
 	}
 	rs := &recoverySub{c: c}
+	if res != nil && res.SocketID != c.socketID {
+		rs.prev = res.SocketID
+	}
 	return rs, rs, rec
 }
 

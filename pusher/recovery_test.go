@@ -294,3 +294,24 @@ func TestRecoveryPresenceResume(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoveryResumedSocketSkipsItsOldSocketsEvents: an event the old socket published
+// toOthers() that reaches the channel only after the resume (its API request raced the
+// reconnect) is not delivered to the socket that resumed from it: a sender never gets its
+// own event back. Every other subscriber still gets it.
+func TestRecoveryResumedSocketSkipsItsOldSocketsEvents(t *testing.T) {
+	ts := newServer(t, withRecovery(10, "*"))
+	old := ts.connect(t)
+	epoch := positionOf(t, old.subscribe("orders")).Epoch
+	other := ts.connect(t)
+	other.subscribe("orders")
+	c := ts.connect(t)
+	c.subscribeResume("orders", map[string]any{"epoch": epoch, "serial": 0, "socket_id": old.socketID})
+	c.waitEvent("pusher_internal:subscription_succeeded", "orders")
+	ts.apiPublish(t, "orders", "own", "x", old.socketID)
+	ts.apiPublish(t, "orders", "e", "y", "")
+	other.waitEvent("own", "orders")
+	if ev := c.next(); ev.Event != "e" {
+		t.Fatalf("the resumed socket got %s, want only the event of someone else", ev.raw)
+	}
+}

@@ -25,7 +25,8 @@ import (
 type appState struct {
 	cfg   *config.App
 	conns atomic.Int64
-	stats appStats // metrics.go
+	stats appStats               // metrics.go
+	hist  channels.HistoryLimits // cfg.Recovery's bounds (recovery.go)
 }
 
 // Emitter receives Pusher webhook events (channel_occupied, member_added, ...).
@@ -99,6 +100,9 @@ type Server struct {
 	reconcile presenceReconcile // presence_reconcile.go
 	counts    subCounts         // Pusher's subscription counts (subcount.go)
 	history   channels.History  // recovery.go; nil when no app enables recovery
+	// brokerSerials: the broker gives recovery messages their serial as it publishes them
+	// (the cluster's writer, channels.SerialBroker); else the History does, then the broker.
+	brokerSerials bool
 }
 
 // NewServer builds a server over a validated config.
@@ -123,6 +127,9 @@ func NewServer(opts Options) *Server {
 	}
 	s.remote = s.reg.Remote()
 	s.history = newHistory(s.cfg, opts.History, s.remote)
+	if sb, ok := s.reg.Broker().(channels.SerialBroker); ok && s.history != nil {
+		s.brokerSerials = sb.AssignsSerials()
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -131,6 +138,7 @@ func NewServer(opts Options) *Server {
 	}
 	for i := range s.cfg.Apps {
 		a := &appState{cfg: &s.cfg.Apps[i]}
+		a.hist = historyLimits(&a.cfg.Recovery)
 		s.appsByID[a.cfg.ID] = a
 		s.appsKey[a.cfg.Key] = a
 		s.reg.Subscribe(a.cfg.ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg.ID})

@@ -243,6 +243,9 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		})
 		opts.Health = cl.health
 		opts.Cluster = clusterView{cl.occ, cl.sockets}
+		if cl.history != nil {
+			opts.History = cl.history
+		}
 		store, feed = cl.store, cl.feed
 		logger.Info("scaling: redis", "redis", cl.addr, "channel", cfg.Scaling.Channel, "routing", cfg.Scaling.Routing, "node", cl.node)
 	} else {

@@ -34,6 +34,7 @@ type cluster struct {
 	sockets  *bridge.RedisSocketIndex // the bridge's cross-node socket index
 	store    *bridge.RedisStore
 	cache    *channels.RedisCache
+	history  *channels.RedisHistory // recovery channels' serials and events; nil when no app enables recovery
 	apps     []string
 	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
 	// gone and back are set to the pusher server's MemberGone and MemberBack before
@@ -126,9 +127,19 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	}
 	c.keys = channels.NewKeySpace(channel, routing == channels.RoutingInterest)
 	c.cache = channels.NewRedisCacheIn(c.rdb, c.keys)
+	for i := range cfg.Apps {
+		if cfg.Apps[i].Recovery.Enabled && c.history == nil {
+			// The broker's writer gives recovery events their serial as it publishes them.
+			c.history = channels.NewRedisHistory(c.rdb, c.keys)
+			if err := channels.LoadScripts(ctx, c.rdb); err != nil {
+				_ = c.rdb.Close()
+				return nil, fmt.Errorf("scaling: loading the recovery scripts: %w", err)
+			}
+		}
+	}
 	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{
 		Channel: channel, Routing: routing, Keys: c.keys, NodeID: c.node, Logger: logger, Cache: c.cache,
-		Client: c.rdb, OnGap: c.onGap,
+		Client: c.rdb, OnGap: c.onGap, History: c.history,
 	}); err != nil {
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
