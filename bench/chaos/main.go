@@ -35,6 +35,10 @@ type options struct {
 	fanSubs, pairs  int
 	pages           int
 	hang            time.Duration
+	// The rolling-restart run (rolling.go).
+	rolling                 bool
+	recovery                bool
+	clients, channels, rate int
 }
 
 type stats struct {
@@ -91,6 +95,11 @@ func run(args []string, out io.Writer) int {
 	fs.IntVar(&o.pairs, "pairs", 6, "client-event pairs (sender and receiver on their own connections)")
 	fs.IntVar(&o.pages, "pages", 4, "Toolmark pages (reloading every 15-40 s), each with an agent calling once a second")
 	fs.DurationVar(&o.hang, "hang", 15*time.Second, "how long a hanging webhook receiver holds a POST")
+	fs.BoolVar(&o.rolling, "rolling", false, "instead of the soak: a rolling restart of the three nodes under load (bench/rolling.sh)")
+	fs.BoolVar(&o.recovery, "recovery", false, "rolling: nodes keep history (apps[].recovery) and clients resume")
+	fs.IntVar(&o.clients, "clients", 1000, "rolling: subscribers")
+	fs.IntVar(&o.channels, "channels", 100, "rolling: private channels the subscribers spread over")
+	fs.IntVar(&o.rate, "rate", 500, "rolling: events/s published through the HTTP API")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -105,7 +114,11 @@ func run(args []string, out io.Writer) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	s := &chaos{o: o, t: newTruth(), pub: &publisher{pubs: map[string][]pub{}}, log: out}
-	ok, err := s.run(ctx)
+	runner := s.run
+	if o.rolling {
+		runner = s.rolling
+	}
+	ok, err := runner(ctx)
 	if err != nil {
 		fmt.Fprintln(out, "chaos:", err)
 		return 1

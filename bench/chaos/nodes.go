@@ -92,10 +92,11 @@ apps:
     max_presence_members: 10000
     activity_timeout: 30
     toolmark: {enabled: true}
+    recovery: {enabled: %v, history_size: 1000}
     webhooks:
       - url: %s
         event_types: [member_added]
-`, host, port, scaling, o.nodeTimeout, hook)
+`, host, port, scaling, o.nodeTimeout, o.recovery, hook)
 	return os.WriteFile(n.cfgPath, []byte(cfg), 0o600)
 }
 

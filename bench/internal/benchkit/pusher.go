@@ -31,6 +31,10 @@ type Frame struct {
 	Channel string          `json:"channel"`
 	Data    json.RawMessage `json:"data"`
 	UserID  string          `json:"user_id"`
+	// Serial and Epoch are a recovery channel's (issue 23): an event's serial, and the
+	// position subscription_succeeded carries.
+	Serial *uint64 `json:"serial"`
+	Epoch  string  `json:"epoch"`
 }
 
 // Str is the data decoded from the JSON string Pusher sends (the raw JSON otherwise).
@@ -130,7 +134,15 @@ func (c *Conn) Send(v any) error {
 // channels (presence as user_id user, when user is set), and returns the frames read up to
 // subscription_succeeded (inclusive).
 func (c *Conn) Subscribe(app App, channel, user string) ([]Frame, error) {
-	data := map[string]string{"channel": channel}
+	return c.SubscribeWith(app, channel, user, nil)
+}
+
+// SubscribeWith is Subscribe with extra fields in the subscribe's data (e.g. "resume").
+func (c *Conn) SubscribeWith(app App, channel, user string, extra map[string]any) ([]Frame, error) {
+	data := map[string]any{"channel": channel}
+	for k, v := range extra {
+		data[k] = v
+	}
 	switch {
 	case user != "":
 		cd, _ := json.Marshal(map[string]any{"user_id": user, "user_info": map[string]string{"n": user}})
