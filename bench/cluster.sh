@@ -10,7 +10,11 @@
 # scripts/redis-topologies.sh), NODES (3), SUBS (300), CHANNELS (30), RATES
 # ("500,1000,2000,5000,10000,20000,40000"), STEP (10s), P99_MS (100), ROUTING (interest |
 # broadcast: scaling.routing, for before/after; default interest), BENCH_OUT (results
-# folder; default a new mktemp -d). Nodes are pinned round-robin to the cores (one core each
+# folder; default a new mktemp -d), SUB_NODES / PUB_NODES (indexes of the nodes that hold the
+# subscribers / take the publishes; default every node: SUB_NODES=0 PUB_NODES=1 leaves node 2
+# without a subscriber, whose CPU per publish is then what a foreign publish costs). Every step
+# reports each node's CPU per publish and Redis's commands and bytes per publish (INFO deltas
+# of every master). Nodes are pinned round-robin to the cores (one core each
 # when there are enough, GOMAXPROCS=1), Redis and the load tool to the last core. Only
 # 127.0.0.1 is targeted; everything started here is stopped on exit (and every node stops by
 # itself after LIFETIME seconds).
@@ -74,10 +78,19 @@ for port in "${ports[@]}"; do
 done
 
 csv=$(IFS=,; echo "${ports[*]}")
+nodepids=()
+for p in "${pids[@]}"; do nodepids+=("$(pgrep -P "$p" -f reverbgo | head -1 || echo "$p")"); done # timeout's child
+pidcsv=$(IFS=,; echo "${nodepids[*]}")
+case "$TOPOLOGY" in
+  standalone) raddrs=${REDIS_URL#redis://}; raddrs=${raddrs%%/*} ;;
+  sentinel) raddrs=127.0.0.1:$MASTER_PORT ;;
+  cluster) raddrs=$(echo "$CLUSTER_MASTER_PORTS" | sed 's/\([0-9]*\)/127.0.0.1:\1/g') ;;
+esac
 echo "cluster.sh: $NODES nodes on $csv ($TOPOLOGY Redis, routing $ROUTING), subscribers $SUBS on $CHANNELS channels" >&2
 set +e
 GOMAXPROCS=1 taskset -c "$last" "$BENCH_OUT/clusterbench" --ports "$csv" --app-id bench --key bench-key --secret bench-secret \
-  --subs "$SUBS" --channels "$CHANNELS" --rates "$RATES" --step "$STEP" --p99-ms "$P99_MS" | tee "$BENCH_OUT/clusterbench.log"
+  --subs "$SUBS" --channels "$CHANNELS" --rates "$RATES" --step "$STEP" --p99-ms "$P99_MS" \
+  --sub-nodes "${SUB_NODES:-}" --pub-nodes "${PUB_NODES:-}" --pids "$pidcsv" --redis-addrs "$raddrs" | tee "$BENCH_OUT/clusterbench.log"
 status=${PIPESTATUS[0]}
 set -e
 tail -1 "$BENCH_OUT/clusterbench.log" >"$BENCH_OUT/summary.json"

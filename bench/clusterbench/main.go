@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,6 +56,13 @@ type step struct {
 	HTTPErrors    int64   `json:"http_errors"`
 	ScheduleLagMS float64 `json:"max_schedule_lag_ms"`
 	OK            bool    `json:"ok"`
+	// Cost of the step (measure.go), per publish answered 200: each node's CPU (in --pids
+	// order) and Redis's commands and bytes (all --redis-addrs together).
+	Answered                int64     `json:"answered"`
+	NodeCPUUSPerPublish     []float64 `json:"node_cpu_us_per_publish,omitempty"`
+	RedisCommandsPerPublish float64   `json:"redis_commands_per_publish,omitempty"`
+	RedisBytesInPerPublish  float64   `json:"redis_bytes_in_per_publish,omitempty"`
+	RedisBytesOutPerPublish float64   `json:"redis_bytes_out_per_publish,omitempty"`
 }
 
 type delivery struct {
@@ -65,6 +73,7 @@ type delivery struct {
 type bench struct {
 	host, appID, key, secret, nonce string
 	ports                           []int
+	subNodes, pubNodes              []int // indexes into ports (default: every node)
 	channels                        int
 	subsPerChannel                  []int
 	start                           time.Time
@@ -76,6 +85,7 @@ type bench struct {
 	dups      int64
 	expected  atomic.Int64
 	errors    atomic.Int64
+	answered  atomic.Int64
 }
 
 func main() {
@@ -96,6 +106,10 @@ func run() int {
 	p99 := flag.Float64("p99-ms", 100, "p99 delivery latency bound")
 	workers := flag.Int("concurrency", 256, "HTTP requests in flight at most")
 	timeout := flag.Duration("timeout", 10*time.Minute, "hard limit for the whole run")
+	subNodes := flag.String("sub-nodes", "", "indexes (into --ports) of the nodes that hold subscribers (default every node)")
+	pubNodes := flag.String("pub-nodes", "", "indexes of the nodes publishes go through (default every node)")
+	pidsFlag := flag.String("pids", "", "the nodes' process ids, in --ports order: each step reports their CPU per publish")
+	redisAddrs := flag.String("redis-addrs", "", "Redis addresses (every master) whose commands and bytes per publish each step reports")
 	flag.Parse()
 
 	if ip := net.ParseIP(*host); ip == nil || !ip.IsLoopback() {
@@ -111,6 +125,17 @@ func run() int {
 		}
 		ports = append(ports, n)
 	}
+	subIdx, err1 := indexes(*subNodes, len(ports))
+	pubIdx, err2 := indexes(*pubNodes, len(ports))
+	pids, err3 := indexes(*pidsFlag, 1<<30)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		fmt.Fprintln(os.Stderr, "clusterbench:", err)
+		return 1
+	}
+	var addrs []string
+	if *redisAddrs != "" {
+		addrs = strings.Split(*redisAddrs, ",")
+	}
 	var rates []int
 	for _, r := range strings.Split(*ratesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(r))
@@ -123,7 +148,7 @@ func run() int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	b := &bench{
-		host: *host, appID: *appID, key: *key, secret: *secret, ports: ports, channels: *chans,
+		host: *host, appID: *appID, key: *key, secret: *secret, ports: ports, channels: *chans, subNodes: subIdx, pubNodes: pubIdx,
 		nonce: strconv.FormatInt(time.Now().UnixNano()%1e9, 36), start: time.Now(), seen: map[delivery]struct{}{},
 		subsPerChannel: make([]int, *chans),
 		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -143,11 +168,14 @@ func run() int {
 	fmt.Printf("clusterbench: %d subscribers on %d nodes, %d channels\n", *subs, len(ports), *chans)
 	var steps []step
 	knee := 0
+	m := newMeter(pids, addrs)
 	for _, rate := range rates {
 		if ctx.Err() != nil {
 			break
 		}
+		m.begin(ctx)
 		s := b.step(ctx, rate, *stepDur, *drain, *workers)
+		m.end(ctx, &s)
 		s.OK = s.Lost == 0 && s.Duplicates == 0 && s.HTTPErrors == 0 && s.P99MS <= *p99 && s.PublishPerS >= 0.95*float64(rate)
 		steps = append(steps, s)
 		fmt.Printf("rate %6d/s: published %.0f/s, deliveries %.0f/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, lost %d, dup %d, http errors %d, lag %.1f ms -> %v\n",
@@ -171,7 +199,7 @@ func (b *bench) subscribe(ctx context.Context, n int) ([]*websocket.Conn, error)
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
 	conns := make([]*websocket.Conn, 0, n)
 	for i := range n {
-		port := b.ports[i%len(b.ports)]
+		port := b.ports[b.subNodes[i%len(b.subNodes)]]
 		u := fmt.Sprintf("ws://%s:%d/app/%s?protocol=7&client=clusterbench&version=1", b.host, port, b.key)
 		c, _, err := d.DialContext(ctx, u, nil)
 		if err != nil {
@@ -250,6 +278,7 @@ func (b *bench) step(ctx context.Context, rate int, d, drain time.Duration, work
 	b.mu.Unlock()
 	b.expected.Store(0)
 	b.errors.Store(0)
+	b.answered.Store(0)
 	jobs := make(chan int64, workers*4)
 	var wg sync.WaitGroup
 	for range workers {
@@ -297,7 +326,7 @@ func (b *bench) step(ctx context.Context, rate int, d, drain time.Duration, work
 		Offered: rate, Published: int(total), PublishPerS: float64(total) / sendDur.Seconds(),
 		Deliveries: got, DeliveryPerS: float64(got) / time.Since(t0).Seconds(),
 		Lost: max(0, b.expected.Load()-got), Duplicates: dup, HTTPErrors: b.errors.Load(),
-		ScheduleLagMS: float64(lag.Microseconds()) / 1000,
+		ScheduleLagMS: float64(lag.Microseconds()) / 1000, Answered: b.answered.Load(),
 	}
 	if len(lat) > 0 {
 		s.P50MS = ms(lat[(len(lat)-1)*50/100])
@@ -309,10 +338,10 @@ func (b *bench) step(ctx context.Context, rate int, d, drain time.Duration, work
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// publish sends publish id to channel id%C through node id%N.
+// publish sends publish id to channel id%C through node id%N (of the --pub-nodes).
 func (b *bench) publish(ctx context.Context, id int64) {
 	ch := int(id % int64(b.channels))
-	port := b.ports[int(id%int64(len(b.ports)))]
+	port := b.ports[b.pubNodes[int(id%int64(len(b.pubNodes)))]]
 	data := fmt.Sprintf("cbx:%s:%d:%d", b.nonce, id, time.Since(b.start).Nanoseconds())
 	body, _ := json.Marshal(map[string]any{"name": "bench", "channel": b.channel(ch), "data": data})
 	path := "/apps/" + b.appID + "/events"
@@ -336,4 +365,28 @@ func (b *bench) publish(ctx context.Context, id int64) {
 		return
 	}
 	b.expected.Add(int64(b.subsPerChannel[ch]))
+	b.answered.Add(1)
+}
+
+// indexes parses a comma-separated list of integers in [0, n) ("" = 0..n-1).
+func indexes(s string, n int) ([]int, error) {
+	if s == "" {
+		if n >= 1<<30 {
+			return nil, nil
+		}
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 0 || v >= n {
+			return nil, fmt.Errorf("bad index %q", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

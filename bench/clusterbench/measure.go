@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// What a step cost, beside its latencies: each node's CPU (from /proc/<pid>/stat, when
+// --pids names the nodes' processes) and Redis's commands and bytes (from INFO on every
+// address of --redis-addrs: the masters), per publish answered.
+
+// clkTck is the kernel's USER_HZ (100 on every Linux this runs on).
+const clkTck = 100
+
+// cpuTicks is a process's user+system CPU in clock ticks.
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("bad stat of %d", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 { // state is field 3; utime, stime are fields 14, 15
+		return 0, fmt.Errorf("bad stat of %d", pid)
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bad stat of %d", pid)
+	}
+	return u + st, nil
+}
+
+// redisCounters are the totals of one Redis's INFO that a step's delta is taken of.
+type redisCounters struct {
+	calls, in, out int64
+}
+
+func readRedis(ctx context.Context, c *redis.Client) (redisCounters, error) {
+	info, err := c.Info(ctx, "stats", "commandstats").Result()
+	if err != nil {
+		return redisCounters{}, err
+	}
+	var r redisCounters
+	for _, l := range strings.Split(info, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "total_net_input_bytes:"):
+			r.in, _ = strconv.ParseInt(strings.TrimPrefix(l, "total_net_input_bytes:"), 10, 64)
+		case strings.HasPrefix(l, "total_net_output_bytes:"):
+			r.out, _ = strconv.ParseInt(strings.TrimPrefix(l, "total_net_output_bytes:"), 10, 64)
+		case strings.HasPrefix(l, "cmdstat_"):
+			// cmdstat_publish:calls=12,usec=...; INFO itself is counted too (a few per step).
+			if _, rest, ok := strings.Cut(l, "calls="); ok {
+				n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+				r.calls += n
+			}
+		}
+	}
+	return r, nil
+}
+
+// meter samples the nodes and Redis around a step.
+type meter struct {
+	pids  []int
+	redis []*redis.Client
+	ticks []int64
+	rc    []redisCounters
+	at    time.Time
+}
+
+func newMeter(pids []int, addrs []string) *meter {
+	m := &meter{pids: pids}
+	for _, a := range addrs {
+		m.redis = append(m.redis, redis.NewClient(&redis.Options{Addr: a}))
+	}
+	return m
+}
+
+func (m *meter) begin(ctx context.Context) {
+	m.ticks, m.rc, m.at = m.ticks[:0], m.rc[:0], time.Now()
+	for _, p := range m.pids {
+		t, _ := cpuTicks(p)
+		m.ticks = append(m.ticks, t)
+	}
+	for _, c := range m.redis {
+		r, _ := readRedis(ctx, c)
+		m.rc = append(m.rc, r)
+	}
+}
+
+// end fills s's cost fields for the publishes answered during the step.
+func (m *meter) end(ctx context.Context, s *step) {
+	pubs := float64(s.Answered)
+	if pubs == 0 {
+		return
+	}
+	for i, p := range m.pids {
+		t, err := cpuTicks(p)
+		if err != nil || i >= len(m.ticks) {
+			s.NodeCPUUSPerPublish = append(s.NodeCPUUSPerPublish, -1)
+			continue
+		}
+		s.NodeCPUUSPerPublish = append(s.NodeCPUUSPerPublish, float64(t-m.ticks[i])*1e6/clkTck/pubs)
+	}
+	var d redisCounters
+	for i, c := range m.redis {
+		r, err := readRedis(ctx, c)
+		if err != nil || i >= len(m.rc) {
+			continue
+		}
+		d.calls += r.calls - m.rc[i].calls
+		d.in += r.in - m.rc[i].in
+		d.out += r.out - m.rc[i].out
+	}
+	if len(m.redis) > 0 {
+		s.RedisCommandsPerPublish = float64(d.calls) / pubs
+		s.RedisBytesInPerPublish = float64(d.in) / pubs
+		s.RedisBytesOutPerPublish = float64(d.out) / pubs
+	}
+}
