@@ -82,8 +82,13 @@ describe('enableRecovery against reverbgo', () => {
     await box.wait(1);
     const old = pusher.connection.socket_id;
     proxy.drop();
-    // While it is away: its own broadcast (Laravel's toOthers() sends its socket id), then another's.
-    await api.trigger(name, 'ev', { n: 2 }, { socket_id: old });
+    // While it is away: its own broadcast, as Laravel's broadcast(...)->toOthers() does with
+    // the X-Socket-ID the page sent (the stand-in app passes it as the API's socket_id), then another's.
+    const res = await fetch(`${authApp.url}/broadcast`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'x-socket-id': old },
+      body: JSON.stringify({ channels: [name], event: 'ev', data: { n: 2 } }),
+    });
+    assert.equal(res.status, 200);
     await api.trigger(name, 'ev', { n: 3 });
     await reconnected(pusher);
     await box.wait(2);
