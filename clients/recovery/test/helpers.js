@@ -35,6 +35,7 @@ export const withoutModule = process.env.REC_WITHOUT_MODULE === '1';
 export const APPS = [
   { app_id: 'rec', key: 'rec-key', secret: 'rec-secret', recovery: { enabled: true, history_size: 1000 } },
   { app_id: 'small', key: 'small-key', secret: 'small-secret', recovery: { enabled: true, history_size: 10, channels: ['private-*'] } },
+  { app_id: 'ttl', key: 'ttl-key', secret: 'ttl-secret', recovery: { enabled: true, history_ttl: 1 } },
 ];
 
 /** One node with recovery on (apps above); server: extra server.* keys (e.g. a fixed port). */

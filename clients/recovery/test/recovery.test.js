@@ -150,6 +150,29 @@ describe('enableRecovery against reverbgo', () => {
     await eventually(() => box.got.includes(17), { what: 'the live event after too_old' });
     assert.deepEqual(box.got, [1, 17], 'nothing of the gap is replayed, live events continue');
   });
+
+  test('history_ttl expiry while subscribed: the new epoch counts from 1 again, its events pass; a resume then gets epoch_changed', async (t) => {
+    const bag = cleanup(t);
+    const { pusher } = pusherClient(proxy.port, { app: APPS[2], signPort: server.port });
+    bag.add(() => pusher.disconnect());
+    const name = uid('public-ttl.');
+    const channel = pusher.subscribe(name);
+    const box = inbox((push) => channel.bind('ev', (d) => push(d.n)));
+    const failed = inbox((push) => channel.bind('pusher:resume_failed', push));
+    await subscribed(channel);
+    const api = sdk(server.port, APPS[2]);
+    for (let n = 1; n <= 3; n++) await api.trigger(name, 'ev', { n }); // serials 1..3
+    await box.wait(3);
+    await sleep(1500); // the subject is time: idle past history_ttl (1 s), the next publish starts a new epoch
+    for (let n = 4; n <= 5; n++) await api.trigger(name, 'ev', { n }); // serials 1, 2 of the new epoch
+    await box.wait(5);
+    proxy.drop();
+    await reconnected(pusher);
+    assert.deepEqual(await failed.wait(1), [{ reason: 'epoch_changed' }]);
+    await api.trigger(name, 'ev', { n: 6 });
+    await box.wait(6);
+    assert.deepEqual(box.got, [1, 2, 3, 4, 5, 6]);
+  });
 });
 
 describe('enableRecovery across a server restart', () => {
