@@ -20,8 +20,8 @@
 const WRAPPED = Symbol.for('reverbgo.echo-recovery');
 
 /**
- * A per-connection-independent record of channel positions and the duplicate filter.
- * Exported for unit tests and for clients other than pusher-js; enableRecovery uses one.
+ * The channels' positions (kept across connections) and the duplicate filter. Exported for
+ * unit tests and for clients other than pusher-js; enableRecovery keeps one per client.
  */
 export class RecoveryState {
   constructor() {
