@@ -44,6 +44,17 @@ fi
 REVERBGO_BIN="$(cd .. && pwd)/bin/reverbgo" timeout --kill-after=10 900 \
   node --test --test-force-exit --test-timeout=120000 --test-concurrency=1 test/
 
+# The recovery client module (issue 23): its own package with pinned pusher-js, laravel-echo,
+# pusher SDK and TypeScript, tested against the built binary (about 30 s).
+echo "== clients/recovery (node --test)"
+(
+  cd ../clients/recovery
+  if [ ! -d node_modules ] || ! npm ls --all >/dev/null 2>&1; then
+    npm ci --no-audit --no-fund
+  fi
+  REVERBGO_BIN="$(cd ../.. && pwd)/bin/reverbgo" timeout --kill-after=10 300 npm test
+)
+
 # The Echo tests once more against two nodes with scaling on, sharing one Redis
 # (e2e/lib/server.js startTwoNodes): Echo clients, sockets and the HTTP API land on different
 # nodes. .ci/run starts the redis-server; with CI=true its absence fails the run.
