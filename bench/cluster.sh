@@ -14,7 +14,7 @@
 # subscribers / take the publishes; default every node: SUB_NODES=0 PUB_NODES=1 leaves node 2
 # without a subscriber, whose CPU per publish is then what a foreign publish costs). Every step
 # reports each node's CPU per publish and Redis's commands and bytes per publish (INFO deltas
-# of every master). Nodes are pinned round-robin to the cores (one core each
+# of every master). APP_EXTRA: more YAML of the app, e.g. "recovery: {enabled: true}". Nodes are pinned round-robin to the cores (one core each
 # when there are enough, GOMAXPROCS=1), Redis and the load tool to the last core. Only
 # 127.0.0.1 is targeted; everything started here is stopped on exit (and every node stops by
 # itself after LIFETIME seconds).
@@ -64,7 +64,7 @@ for i in $(seq 0 $((NODES - 1))); do
   cat >"$BENCH_OUT/node$i.yaml" <<YAML
 server: {host: 127.0.0.1, port: $port}
 apps:
-  - {app_id: bench, key: bench-key, secret: bench-secret, client_event_rate_limit: 0}
+  - {app_id: bench, key: bench-key, secret: bench-secret, client_event_rate_limit: 0${APP_EXTRA:+, $APP_EXTRA}}
 scaling: {enabled: true, $scaling, channel: bench, routing: $ROUTING}
 YAML
   GOMAXPROCS=1 taskset -c $((i % cores)) timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \

@@ -30,7 +30,7 @@ cpu = s.get("node_cpu_us_per_publish", [])
 print(f"{sys.argv[2]:9} run {sys.argv[3]}: {s['publishes_per_s']:.0f} publishes/s, p99 {s['p99_ms']} ms, lost {s['lost']}; "
       f"CPU µs/publish node0 (subscribers) {cpu[0]:.1f}, node1 (API) {cpu[1]:.1f}, node2 (none) {cpu[2]:.1f}; "
       f"Redis {s.get('redis_commands_per_publish', 0):.2f} commands, {s.get('redis_bytes_in_per_publish', 0):.0f} B in, "
-      f"{s.get('redis_bytes_out_per_publish', 0):.0f} B out per publish")
+      f"{s.get('redis_bytes_out_per_publish', 0):.0f} B out per publish, calls per publish {s.get('redis_calls_per_publish', {})}")
 PY
   done
 done | tee "$out/table.txt"

@@ -63,6 +63,8 @@ type step struct {
 	RedisCommandsPerPublish float64   `json:"redis_commands_per_publish,omitempty"`
 	RedisBytesInPerPublish  float64   `json:"redis_bytes_in_per_publish,omitempty"`
 	RedisBytesOutPerPublish float64   `json:"redis_bytes_out_per_publish,omitempty"`
+	// PUBLISH, SPUBLISH and EVALSHA calls per publish (measure.go's sentCommands).
+	RedisCallsPerPublish map[string]float64 `json:"redis_calls_per_publish,omitempty"`
 }
 
 type delivery struct {

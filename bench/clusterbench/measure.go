@@ -44,6 +44,7 @@ func cpuTicks(pid int) (int64, error) {
 // redisCounters are the totals of one Redis's INFO that a step's delta is taken of.
 type redisCounters struct {
 	calls, in, out int64
+	sent           map[string]int64 // calls of the commands a publish sends (sentCommands)
 }
 
 func readRedis(ctx context.Context, c *redis.Client) (redisCounters, error) {
@@ -64,11 +65,23 @@ func readRedis(ctx context.Context, c *redis.Client) (redisCounters, error) {
 			if _, rest, ok := strings.Cut(l, "calls="); ok {
 				n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
 				r.calls += n
+				name, _, _ := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":")
+				if sentCommands[name] {
+					if r.sent == nil {
+						r.sent = map[string]int64{}
+					}
+					r.sent[name] += n
+				}
 			}
 		}
 	}
 	return r, nil
 }
+
+// sentCommands are what the broker's writer sends for a publish: PUBLISH (SPUBLISH on
+// Cluster), or for a recovery channel EVALSHA of the append script, which PUBLISHes inside
+// Redis (so its PUBLISH is counted too: the writer's round trip is the EVALSHA).
+var sentCommands = map[string]bool{"publish": true, "spublish": true, "evalsha": true}
 
 // meter samples the nodes and Redis around a step.
 type meter struct {
@@ -113,7 +126,7 @@ func (m *meter) end(ctx context.Context, s *step) {
 		}
 		s.NodeCPUUSPerPublish = append(s.NodeCPUUSPerPublish, float64(t-m.ticks[i])*1e6/clkTck/pubs)
 	}
-	var d redisCounters
+	d := redisCounters{sent: map[string]int64{}}
 	for i, c := range m.redis {
 		r, err := readRedis(ctx, c)
 		if err != nil || i >= len(m.rc) {
@@ -122,10 +135,17 @@ func (m *meter) end(ctx context.Context, s *step) {
 		d.calls += r.calls - m.rc[i].calls
 		d.in += r.in - m.rc[i].in
 		d.out += r.out - m.rc[i].out
+		for k, v := range r.sent {
+			d.sent[k] += v - m.rc[i].sent[k]
+		}
 	}
 	if len(m.redis) > 0 {
 		s.RedisCommandsPerPublish = float64(d.calls) / pubs
 		s.RedisBytesInPerPublish = float64(d.in) / pubs
 		s.RedisBytesOutPerPublish = float64(d.out) / pubs
+		s.RedisCallsPerPublish = map[string]float64{}
+		for k, v := range d.sent {
+			s.RedisCallsPerPublish[k] = float64(v) / pubs
+		}
 	}
 }
