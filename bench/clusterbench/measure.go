@@ -2,44 +2,18 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
 )
 
 // What a step cost, beside its latencies: each node's CPU (from /proc/<pid>/stat, when
 // --pids names the nodes' processes) and Redis's commands and bytes (from INFO on every
 // address of --redis-addrs: the masters), per publish answered.
-
-// clkTck is the kernel's USER_HZ (100 on every Linux this runs on).
-const clkTck = 100
-
-// cpuTicks is a process's user+system CPU in clock ticks.
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("bad stat of %d", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 { // state is field 3; utime, stime are fields 14, 15
-		return 0, fmt.Errorf("bad stat of %d", pid)
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("bad stat of %d", pid)
-	}
-	return u + st, nil
-}
 
 // redisCounters are the totals of one Redis's INFO that a step's delta is taken of.
 type redisCounters struct {
@@ -103,7 +77,7 @@ func newMeter(pids []int, addrs []string) *meter {
 func (m *meter) begin(ctx context.Context) {
 	m.ticks, m.rc, m.at = m.ticks[:0], m.rc[:0], time.Now()
 	for _, p := range m.pids {
-		t, _ := cpuTicks(p)
+		t, _ := benchkit.CPUTicks(p)
 		m.ticks = append(m.ticks, t)
 	}
 	for _, c := range m.redis {
@@ -119,12 +93,12 @@ func (m *meter) end(ctx context.Context, s *step) {
 		return
 	}
 	for i, p := range m.pids {
-		t, err := cpuTicks(p)
+		t, err := benchkit.CPUTicks(p)
 		if err != nil || i >= len(m.ticks) {
 			s.NodeCPUUSPerPublish = append(s.NodeCPUUSPerPublish, -1)
 			continue
 		}
-		s.NodeCPUUSPerPublish = append(s.NodeCPUUSPerPublish, float64(t-m.ticks[i])*1e6/clkTck/pubs)
+		s.NodeCPUUSPerPublish = append(s.NodeCPUUSPerPublish, float64(t-m.ticks[i])*1e6/benchkit.ClockTicks/pubs)
 	}
 	d := redisCounters{sent: map[string]int64{}}
 	for i, c := range m.redis {
