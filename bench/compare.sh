@@ -18,7 +18,9 @@
 #
 # Environment: RUNS (3), CONNS (10000), SIDES (soketi reverbgo reverbgo-aa rawserver, plus nbio
 # when bench/nbioserver builds), BENCH_OUT (results; default a new mktemp -d), SERVER_FLAGS
-# (extra config YAML lines for reverbgo's server: block, e.g. "write_coalesce_ms: 0"), NBIO_FLAGS
+# (extra config YAML lines for reverbgo's server: block, e.g. "write_coalesce_ms: 0"),
+# AA_APP_FLAGS (extra YAML of the A/A side's app only, which turns the A/A column into an A/B
+# of one feature: AA_APP_FLAGS="recovery: {enabled: true}" for recovery on against off), NBIO_FLAGS
 # (extra nbioserver flags, e.g. "--write-mode message" for nbio's own per-subscriber framing).
 # Measure only on a quiet machine: nothing else running. Only 127.0.0.1 is targeted; every
 # server stops by itself after LIFETIME seconds.
@@ -57,14 +59,15 @@ declare -A PORT PID
 PORT=([soketi]=16301 [reverbgo]=16401 [reverbgo-aa]=16402 [rawserver]=16501 [nbio]=16601)
 
 start_reverbgo() { # side
-  local port=${PORT[$1]}
+  local port=${PORT[$1]} extra=""
+  [ "$1" = reverbgo-aa ] && extra=${AA_APP_FLAGS:-}
   cat >"$BENCH_OUT/$1.yaml" <<YAML
 server:
   host: 127.0.0.1
   port: $port
 ${SERVER_FLAGS:+  $SERVER_FLAGS}
 apps:
-  - {app_id: $APP_ID, key: $APP_KEY, secret: $APP_SECRET, client_event_rate_limit: 0, max_presence_members: 2000}
+  - {app_id: $APP_ID, key: $APP_KEY, secret: $APP_SECRET, client_event_rate_limit: 0, max_presence_members: 2000${extra:+, $extra}}
 YAML
   GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
     --config "$BENCH_OUT/$1.yaml" --log-level warn >>"$BENCH_OUT/$1.log" 2>&1 </dev/null &
