@@ -91,8 +91,9 @@ type RedisPresence struct {
 	pending []string          // entries whose Leave failed, retried by the heartbeat
 	// inflight counts Joins and Leaves under way and ops those finished, so the heartbeat
 	// compares the mirror with Redis only at a quiet moment.
-	inflight atomic.Int64
-	ops      atomic.Uint64
+	inflight  atomic.Int64
+	ops       atomic.Uint64
+	verifyAll atomic.Bool // VerifySoon: the next verify compares entries, not counts
 }
 
 var _ PresenceStore = (*RedisPresence)(nil)

@@ -124,7 +124,8 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 	p.mu.Unlock()
 	set := p.NodeKey(p.node, "presence")
 	card, err := p.rdb.SCard(ctx, set).Result()
-	if err != nil || int(card) == n || p.inflight.Load() != 0 || p.ops.Load() != ops {
+	forced := p.verifyAll.Load()
+	if err != nil || (int(card) == n && !forced) || p.inflight.Load() != 0 || p.ops.Load() != ops {
 		return err
 	}
 	have, err := p.rdb.SMembers(ctx, set).Result()
@@ -141,6 +142,10 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 		mirror[e] = m
 	}
 	p.mu.Unlock()
+	p.verifyAll.Store(false) // compared below, whatever the counts say
+	if int(card) == n && sameEntries(have, mirror) {
+		return nil
+	}
 	p.log.Warn("redis presence differs from this node's; repairing", "node", p.node, "redis", card, "node_has", n)
 	inRedis := make(map[string]bool, len(have))
 	for _, e := range have {
@@ -167,6 +172,24 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 	}
 	// Writes were lost: the other per-node state may have lost some too.
 	return p.nodes.resync(ctx, p.nodes.snapshot(), p)
+}
+
+// VerifySoon makes the next heartbeat compare this node's memberships with Redis entry by
+// entry, not only by count: after a failover the promoted replica may have missed a leave
+// and a join alike (asynchronous replication), which leaves the counts equal.
+func (p *RedisPresence) VerifySoon() { p.verifyAll.Store(true) }
+
+// sameEntries reports whether have (Redis's set) holds exactly mirror's entries.
+func sameEntries(have []string, mirror map[string]Member) bool {
+	if len(have) != len(mirror) {
+		return false
+	}
+	for _, e := range have {
+		if _, ok := mirror[e]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *RedisPresence) retryLeaves(ctx context.Context) error {

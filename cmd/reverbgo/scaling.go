@@ -44,6 +44,9 @@ type cluster struct {
 	// gap is set to the pusher server's PresenceTrouble before the broker delivers: a
 	// subscription connection that may have missed member events makes the node reconcile.
 	gap atomic.Pointer[func()]
+	// verify is the presence store's VerifySoon, set in start (onGap runs on the broker's
+	// goroutines from the broker's creation on).
+	verify atomic.Pointer[func()]
 }
 
 // clusterView is the pusher server's cluster-wide read side: counts, channel lists and
@@ -193,6 +196,8 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	c.back = srv.MemberBack
 	trouble := srv.PresenceTrouble
 	c.gap.Store(&trouble)
+	verify := c.presence.VerifySoon
+	c.verify.Store(&verify)
 	c.occ.SetConnections(func() map[string]int64 {
 		out := make(map[string]int64, len(c.apps))
 		for _, app := range c.apps {
@@ -216,9 +221,19 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 // onGap hears the broker's subscription connections lose and regain what Redis delivers: a
 // member event published meanwhile never reached this node, so presence reconciles (the
 // reconcile waits two quiet intervals after the last trouble by itself).
+//
+// Once restored, the node's presence store also compares its memberships with Redis entry by
+// entry at the next heartbeat: whatever changed what Redis delivers (a failover, a moved
+// slot, a reconnect) may have come with writes the promoted replica never received, a lost
+// leave and a lost join together leaving the counts equal (RedisPresence.VerifySoon).
 func (c *cluster) onGap(cause string, restored bool) {
 	if f := c.gap.Load(); f != nil {
 		(*f)()
+	}
+	if restored {
+		if f := c.verify.Load(); f != nil {
+			(*f)()
+		}
 	}
 }
 
