@@ -80,7 +80,9 @@ type Sub struct {
 	down    bool            // a re-make failed since the last confirmation (Redis unreachable)
 	lostAt  time.Time
 	lostBy  string
-	epoch   uint64 // the current connection's number
+	epoch   uint64        // the current connection's number
+	retire  uint64        // the connection being replaced by a re-make (its pongs confirm nothing)
+	drained chan struct{} // closed when the retiring connection answered its last PING
 	ps      *redis.PubSub
 	recv    chan struct{} // closed when the current connection's receive goroutine ends
 	probeN  uint64
@@ -120,6 +122,7 @@ func (c *Client) NewSub(opts SubOptions) *Sub {
 	c.subs[s] = struct{}{}
 	c.mu.Unlock()
 	c.onSwitch(func() { s.Remake(CauseFailover) })
+	s.signal() // the first connection, without waiting for a probe tick (or with none)
 	go s.run()
 	return s
 }
@@ -302,9 +305,14 @@ func (s *Sub) send(ctx context.Context, ps *redis.PubSub, sub, unsub []string, g
 	return ps.Ping(ctx, "g"+strconv.FormatUint(gen, 10))
 }
 
-// doRemake closes the connection and subscribes a fresh one to the anchor and Want().
+// doRemake subscribes a fresh connection to the anchor and Want(), then closes the old one:
+// make before break. The old connection keeps delivering until the new one is confirmed
+// subscribed, so when the old one was alive after all (a probe late on a loaded node, a
+// slot moved for some channels only) nothing published meanwhile is lost; messages that
+// arrive on both are the owner's to drop (the broker's per-node sequence filter does).
+// OnMessage still runs from one goroutine at a time: the new connection's reader starts
+// after the old one's has ended.
 func (s *Sub) doRemake(cause string) error {
-	s.closeConn()
 	s.mu.Lock()
 	first := cause == "start" && s.epoch == 0
 	if s.up || first {
@@ -315,6 +323,7 @@ func (s *Sub) doRemake(cause string) error {
 	}
 	clear(s.ops) // subsumed by Want(), read below
 	clear(s.leaving)
+	s.retire = s.epoch
 	s.gen++
 	gen := s.gen
 	s.probeAt = time.Time{}
@@ -342,6 +351,7 @@ func (s *Sub) doRemake(cause string) error {
 	err := s.send(ctx, ps, want, nil, gen)
 	if err != nil {
 		_ = ps.Close()
+		s.closeConn()
 		s.mu.Lock()
 		wasDown := s.down
 		s.down = true
@@ -352,6 +362,8 @@ func (s *Sub) doRemake(cause string) error {
 		}
 		return err
 	}
+	s.drainOld()
+	s.closeConn()
 	s.mu.Lock()
 	s.epoch++
 	s.ps = ps
@@ -363,6 +375,35 @@ func (s *Sub) doRemake(cause string) error {
 	go s.receive(ps, epoch, recv)
 	return nil
 }
+
+// drainTimeout bounds how long a re-make waits for the old connection's last messages.
+const drainTimeout = time.Second
+
+// drainOld reads the old connection up to a PING sent now, once the new one is subscribed:
+// what Redis queued for the old one before the new one existed is then delivered (the
+// rest arrives on the new one too). A dead old connection answers nothing and is waited for
+// drainTimeout at most (its PING usually fails at once).
+func (s *Sub) drainOld() {
+	s.mu.Lock()
+	old, epoch := s.ps, s.epoch
+	drained := make(chan struct{})
+	s.drained = drained
+	s.mu.Unlock()
+	if old == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, drainTimeout)
+	defer cancel()
+	if old.Ping(ctx, drainPayload(epoch)) != nil {
+		return
+	}
+	select {
+	case <-drained:
+	case <-ctx.Done():
+	}
+}
+
+func drainPayload(epoch uint64) string { return "r" + strconv.FormatUint(epoch, 10) }
 
 // closeConn closes the current connection and waits for its receive goroutine, so that
 // messages reach OnMessage from one goroutine at a time.
@@ -397,6 +438,16 @@ func (s *Sub) receive(ps *redis.PubSub, epoch uint64, done chan struct{}) {
 		}
 		switch m := msg.(type) {
 		case *redis.Pong:
+			if m.Payload == drainPayload(epoch) {
+				s.mu.Lock()
+				d := s.drained
+				s.drained = nil
+				s.mu.Unlock()
+				if d != nil {
+					close(d)
+				}
+				continue
+			}
 			if g, ok := parseGen(m.Payload); ok {
 				s.confirm(epoch, g)
 			}
@@ -447,7 +498,7 @@ func (s *Sub) acked(ch string) bool {
 
 func (s *Sub) confirm(epoch, gen uint64) {
 	s.mu.Lock()
-	if s.epoch != epoch {
+	if s.epoch != epoch || s.retire == epoch {
 		s.mu.Unlock()
 		return
 	}
