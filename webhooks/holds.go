@@ -136,4 +136,30 @@ func (d *Dispatcher) pollOutboxes() {
 		}
 	}
 	d.sharedSize.Store(total)
+	d.countLost(obs)
+}
+
+// countLost counts as dropped what the store lost of the events this node queued (a Redis
+// restarted without persistence or wiped): the events, and one batch per outbox.
+func (d *Dispatcher) countLost(obs []*outbox) {
+	lost := d.store.Lost()
+	if len(lost) == 0 {
+		return
+	}
+	for _, ob := range obs {
+		n := lost[ob.key]
+		if n == 0 {
+			continue
+		}
+		delete(lost, ob.key)
+		d.dropped.Add(uint64(n))
+		d.droppedBatches.Add(1)
+		d.log.Warn("webhook events lost with the store's data (Redis restarted without persistence or wiped); counted dropped",
+			"app_id", ob.appID, "url", ob.logURL, "events", n)
+	}
+	for _, n := range lost { // outboxes no longer known here
+		d.dropped.Add(uint64(n))
+		d.droppedBatches.Add(1)
+		d.log.Warn("webhook events lost with the store's data; counted dropped", "events", n)
+	}
 }

@@ -270,6 +270,9 @@ func (s *MemoryStore) Fire(_ context.Context, h Hold, now time.Time, out Out) (b
 	return true, nil
 }
 
+// Lost implements Store: what is in memory is lost only with the process.
+func (s *MemoryStore) Lost() map[string]int { return nil }
+
 // Maintain implements Store: one process has no other nodes to reap.
 func (s *MemoryStore) Maintain(context.Context, time.Time, time.Duration) error { return nil }
 

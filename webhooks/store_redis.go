@@ -2,8 +2,12 @@ package webhooks
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +32,10 @@ type RedisStore struct {
 	p        string // key prefix, with a hash tag
 	node     string
 	external bool // liveness comes from the cluster's node registry (UseNodeRegistry)
+
+	ledger  *ledger       // what this node queued and has not seen done (ledger.go)
+	genBase string        // unique to this store: the prefix of the generations it creates
+	gens    atomic.Uint64 // numbers them
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -35,49 +43,79 @@ var _ Store = (*RedisStore)(nil)
 // NewRedisStore keeps webhook state under prefix+"{webhooks}:" for node (the node id the
 // rest of the cluster code uses). The client stays the caller's.
 func NewRedisStore(rdb redis.UniversalClient, prefix, node string) *RedisStore {
-	return &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: node}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: node, ledger: newLedger(),
+		genBase: hex.EncodeToString(b[:]) + ":"}
 }
+
+// gen is a fresh generation for an outbox state a push may have to create.
+func (s *RedisStore) gen() string { return s.genBase + strconv.FormatUint(s.gens.Add(1), 10) }
 
 func (s *RedisStore) queue(key string) string    { return s.p + "q:" + key }
 func (s *RedisStore) inflight(key string) string { return s.p + "f:" + key }
 func (s *RedisStore) lease(key string) string    { return s.p + "l:" + key }
 func (s *RedisStore) since(key string) string    { return s.p + "t:" + key }
+func (s *RedisStore) state(key string) string    { return s.p + "s:" + key }
 func (s *RedisStore) nodeSet(node string) string { return s.p + "n:" + node }
 func (s *RedisStore) nodes() string              { return s.p + "nodes" }
 func (s *RedisStore) occ() string                { return s.p + "occ" }
 func (s *RedisStore) holds() string              { return s.p + "holds" }
 func (s *RedisStore) cacheMiss() string          { return s.p + "cm" }
 
-// pushLua appends ARGV[raw] to KEYS[from..] trimming each to the limit; scripts that emit
-// include it.
+// pushLua appends ARGV[raw] to every outbox of KEYS[from..] (pairs: the queue, then its
+// state hash; see ledger) trimming each to the limit. It returns how many it dropped and,
+// per outbox, the state's generation and the event's sequence number; gen is the
+// generation of a state the push has to create. Scripts that emit include it.
 const pushLua = `
-local function push(from, raw, limit)
-  local dropped = 0
-  for i = from, #KEYS do
-    local n = redis.call('RPUSH', KEYS[i], raw)
+local function push(from, raw, limit, gen)
+  local dropped, seqs = 0, {}
+  for i = from, #KEYS, 2 do
+    local q, st = KEYS[i], KEYS[i + 1]
+    redis.call('HSETNX', st, 'g', gen)
+    local seq = redis.call('HINCRBY', st, 'e', 1)
+    local n = redis.call('RPUSH', q, raw)
     if limit > 0 and n > limit then
-      redis.call('LTRIM', KEYS[i], n - limit, -1)
+      redis.call('LTRIM', q, n - limit, -1)
+      redis.call('HINCRBY', st, 'h', n - limit)
       dropped = dropped + n - limit
     end
+    redis.call('PEXPIRE', st, 86400000)
+    seqs[#seqs + 1] = redis.call('HGET', st, 'g')
+    seqs[#seqs + 1] = seq
   end
-  return dropped
+  return dropped, seqs
+end
+local function emitted(r, seqs)
+  table.insert(seqs, 1, r)
+  return seqs
 end
 `
 
 var (
-	pushScript = redis.NewScript(pushLua + `return push(1, ARGV[1], tonumber(ARGV[2]))`)
+	pushScript = redis.NewScript(pushLua + `
+local d, seqs = push(1, ARGV[1], tonumber(ARGV[2]), ARGV[3])
+return emitted(d, seqs)`)
 
 	// claimScript returns {since ms, events...} or {} (empty) or false (leased). KEYS[4]
-	// keeps when the in-flight batch was formed, for as long as the batch exists.
+	// keeps when the in-flight batch was formed, for as long as the batch exists; KEYS[5]
+	// is the outbox's state (see ledger).
 	claimScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then return false end
 if redis.call('LLEN', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[4])
+  local n = 0
   for i = 1, tonumber(ARGV[2]) do
     local v = redis.call('LPOP', KEYS[3])
     if not v then break end
     redis.call('RPUSH', KEYS[2], v)
+    n = n + 1
+  end
+  if n > 0 and redis.call('EXISTS', KEYS[5]) == 1 then
+    redis.call('HSET', KEYS[5], 'fs', (tonumber(redis.call('HGET', KEYS[5], 'h')) or 0) + 1)
+    redis.call('HINCRBY', KEYS[5], 'h', n)
+    redis.call('PEXPIRE', KEYS[5], 86400000)
   end
 end
 local batch = redis.call('LRANGE', KEYS[2], 0, -1)
@@ -95,10 +133,19 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`)
 
+	// ackScript returns {1, the state's generation, h} or {0}.
 	ackScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
 redis.call('DEL', KEYS[2], KEYS[3])
-return 1`)
+local st = redis.call('HMGET', KEYS[4], 'g', 'h')
+return {1, st[1] or '', st[2] or '0'}`)
+
+	// sizeScript returns {queued + in flight, the state's generation, h, fs, in flight}: one
+	// atomic read for the ledger.
+	sizeScript = redis.NewScript(`
+local q, f = redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2])
+local st = redis.call('HMGET', KEYS[3], 'g', 'h', 'fs')
+return {q + f, st[1] or '', st[2] or '0', st[3] or '0', f}`)
 
 	releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
@@ -106,11 +153,11 @@ return 1`)
 
 	occupyScript = redis.NewScript(pushLua + `
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if redis.call('SADD', KEYS[2], ARGV[3]) == 0 then return 0 end
-if redis.call('HINCRBY', KEYS[3], ARGV[3], 1) ~= 1 then return 0 end
-if redis.call('ZREM', KEYS[4], ARGV[4]) == 1 then return 0 end
-push(5, ARGV[5], tonumber(ARGV[6]))
-return 1`)
+if redis.call('SADD', KEYS[2], ARGV[3]) == 0 then return {0} end
+if redis.call('HINCRBY', KEYS[3], ARGV[3], 1) ~= 1 then return {0} end
+if redis.call('ZREM', KEYS[4], ARGV[4]) == 1 then return {0} end
+local _, seqs = push(5, ARGV[5], tonumber(ARGV[6]), ARGV[7])
+return emitted(1, seqs)`)
 
 	vacateScript = redis.NewScript(`
 if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then return 0 end
@@ -120,22 +167,22 @@ redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
 return 1`)
 
 	memberAddScript = redis.NewScript(pushLua + `
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then return 0 end
-push(2, ARGV[2], tonumber(ARGV[3]))
-return 1`)
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then return {0} end
+local _, seqs = push(2, ARGV[2], tonumber(ARGV[3]), ARGV[4])
+return emitted(1, seqs)`)
 
 	cacheMissScript = redis.NewScript(pushLua + `
-if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return 0 end
-push(2, ARGV[2], tonumber(ARGV[3]))
-return 1`)
+if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return {0} end
+local _, seqs = push(2, ARGV[2], tonumber(ARGV[3]), ARGV[4])
+return emitted(1, seqs)`)
 
 	fireScript = redis.NewScript(pushLua + `
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s or tonumber(s) > tonumber(ARGV[2]) then return 0 end
+if not s or tonumber(s) > tonumber(ARGV[2]) then return {0} end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if ARGV[5] ~= '' then redis.call('SREM', KEYS[2], ARGV[5]) end
-push(3, ARGV[3], tonumber(ARGV[4]))
-return 1`)
+local _, seqs = push(3, ARGV[3], tonumber(ARGV[4]), ARGV[6])
+return emitted(1, seqs)`)
 
 	// reapScript removes up to ARGV[4] channels of a node whose heartbeat is not after
 	// ARGV[2]; it returns 1 when the node is gone (or came back), 0 when more remain.
@@ -161,12 +208,34 @@ const reapBatch = 500
 
 func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
+// outArgs are the keys of out's outboxes as pushLua takes them: queue, state, queue, ...
 func (s *RedisStore) outArgs(out Out) []string {
-	keys := make([]string, len(out.Keys))
-	for i, k := range out.Keys {
-		keys[i] = s.queue(k)
+	keys := make([]string, 0, 2*len(out.Keys))
+	for _, k := range out.Keys {
+		keys = append(keys, s.queue(k), s.state(k))
 	}
 	return keys
+}
+
+// emitted reads a pushing script's answer, {result, generation, sequence, ...} with a pair
+// per outbox of out when it pushed, and records the pushes in the ledger.
+func (s *RedisStore) emitted(out Out, res []any, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	if len(res) == 0 {
+		return 0, errors.New("webhooks: empty script answer")
+	}
+	r, _ := res[0].(int64)
+	for i, k := range out.Keys {
+		if 2+2*i >= len(res) {
+			break
+		}
+		gen, _ := res[1+2*i].(string)
+		seq, _ := res[2+2*i].(int64)
+		s.ledger.record(k, gen, seq)
+	}
+	return int(r), nil
 }
 
 // Push implements Store.
@@ -174,12 +243,16 @@ func (s *RedisStore) Push(ctx context.Context, out Out) (int, error) {
 	if len(out.Keys) == 0 {
 		return 0, nil
 	}
-	return pushScript.Run(ctx, s.rdb, s.outArgs(out), out.Raw, out.Limit).Int()
+	res, err := pushScript.Run(ctx, s.rdb, s.outArgs(out), out.Raw, out.Limit, s.gen()).Slice()
+	return s.emitted(out, res, err)
 }
+
+// Lost implements Store: the events this node queued that Redis lost (see ledger).
+func (s *RedisStore) Lost() map[string]int { return s.ledger.take() }
 
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, key, owner string, max int, lease time.Duration, now time.Time) (Batch, bool, error) {
-	res, err := claimScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.queue(key), s.since(key)},
+	res, err := claimScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.queue(key), s.since(key), s.state(key)},
 		owner, max, lease.Milliseconds(), now.UnixMilli()).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return Batch{}, false, nil
@@ -209,8 +282,18 @@ func (s *RedisStore) Renew(ctx context.Context, key, owner string, lease time.Du
 
 // Ack implements Store.
 func (s *RedisStore) Ack(ctx context.Context, key, owner string) (bool, error) {
-	n, err := ackScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.since(key)}, owner).Int()
-	return n == 1, err
+	t0 := s.ledger.begin()
+	res, err := ackScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.since(key), s.state(key)}, owner).Slice()
+	if err != nil || len(res) == 0 {
+		return false, err
+	}
+	if n, _ := res[0].(int64); n != 1 || len(res) < 3 {
+		return false, nil
+	}
+	gen, _ := res[1].(string)
+	h, _ := strconv.ParseInt(fmt.Sprint(res[2]), 10, 64)
+	s.ledger.observe(key, outboxState{gen: gen, h: h}, t0)
+	return true, nil
 }
 
 // Release implements Store.
@@ -220,20 +303,30 @@ func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
 
 // Size implements Store.
 func (s *RedisStore) Size(ctx context.Context, key string) (int, error) {
-	pipe := s.rdb.Pipeline()
-	q := pipe.LLen(ctx, s.queue(key))
-	f := pipe.LLen(ctx, s.inflight(key))
-	if _, err := pipe.Exec(ctx); err != nil {
+	t0 := s.ledger.begin()
+	res, err := sizeScript.Run(ctx, s.rdb, []string{s.queue(key), s.inflight(key), s.state(key)}).Slice()
+	if err != nil {
 		return 0, err
 	}
-	return int(q.Val() + f.Val()), nil
+	if len(res) != 5 {
+		return 0, errors.New("webhooks: unreadable outbox size")
+	}
+	n, _ := res[0].(int64)
+	gen, _ := res[1].(string)
+	st := outboxState{gen: gen}
+	st.h, _ = strconv.ParseInt(fmt.Sprint(res[2]), 10, 64)
+	st.fs, _ = strconv.ParseInt(fmt.Sprint(res[3]), 10, 64)
+	st.fl, _ = res[4].(int64)
+	s.ledger.observe(key, st, t0)
+	return int(n), nil
 }
 
 // Occupy implements Store.
 func (s *RedisStore) Occupy(ctx context.Context, app, channel string, out Out) (bool, error) {
 	keys := append([]string{s.nodes(), s.nodeSet(s.node), s.occ(), s.holds()}, s.outArgs(out)...)
-	n, err := occupyScript.Run(ctx, s.rdb, keys, s.node, ms(time.Now()), field(app, channel),
-		Hold{Kind: HoldVacated, App: app, Channel: channel}.member(), out.Raw, out.Limit).Int()
+	res, err := occupyScript.Run(ctx, s.rdb, keys, s.node, ms(time.Now()), field(app, channel),
+		Hold{Kind: HoldVacated, App: app, Channel: channel}.member(), out.Raw, out.Limit, s.gen()).Slice()
+	n, err := s.emitted(out, res, err)
 	return n == 1, err
 }
 
@@ -246,8 +339,9 @@ func (s *RedisStore) Vacate(ctx context.Context, app, channel string, due time.T
 // MemberAdd implements Store.
 func (s *RedisStore) MemberAdd(ctx context.Context, app, channel, user string, out Out) (bool, error) {
 	keys := append([]string{s.holds()}, s.outArgs(out)...)
-	n, err := memberAddScript.Run(ctx, s.rdb, keys,
-		Hold{Kind: HoldRemoved, App: app, Channel: channel, User: user}.member(), out.Raw, out.Limit).Int()
+	res, err := memberAddScript.Run(ctx, s.rdb, keys,
+		Hold{Kind: HoldRemoved, App: app, Channel: channel, User: user}.member(), out.Raw, out.Limit, s.gen()).Slice()
+	n, err := s.emitted(out, res, err)
 	return n == 1, err
 }
 
@@ -260,7 +354,8 @@ func (s *RedisStore) MemberRemove(ctx context.Context, app, channel, user string
 // CacheMiss implements Store.
 func (s *RedisStore) CacheMiss(ctx context.Context, app, channel string, out Out) (bool, error) {
 	keys := append([]string{s.cacheMiss()}, s.outArgs(out)...)
-	n, err := cacheMissScript.Run(ctx, s.rdb, keys, field(app, channel), out.Raw, out.Limit).Int()
+	res, err := cacheMissScript.Run(ctx, s.rdb, keys, field(app, channel), out.Raw, out.Limit, s.gen()).Slice()
+	n, err := s.emitted(out, res, err)
 	return n == 1, err
 }
 
@@ -294,7 +389,8 @@ func (s *RedisStore) Fire(ctx context.Context, h Hold, now time.Time, out Out) (
 		cm = field(h.App, h.Channel)
 	}
 	keys := append([]string{s.holds(), s.cacheMiss()}, s.outArgs(out)...)
-	n, err := fireScript.Run(ctx, s.rdb, keys, h.member(), now.UnixMilli(), out.Raw, out.Limit, cm).Int()
+	res, err := fireScript.Run(ctx, s.rdb, keys, h.member(), now.UnixMilli(), out.Raw, out.Limit, cm, s.gen()).Slice()
+	n, err := s.emitted(out, res, err)
 	return n == 1, err
 }
 

@@ -15,7 +15,9 @@
 // user leaving on one node and rejoining on another within 3 s sends nothing) and keeps the
 // outboxes in Redis, leased to one node at a time: each event is sent by one node, and a
 // restart or crash loses nothing queued (delivery is at least once: the batch in flight
-// when a node dies is sent again by the node that takes its lease over).
+// when a node dies is sent again by the node that takes its lease over). What Redis itself
+// loses (restarted without persistence, wiped) is counted dropped by the nodes that queued
+// it (ledger.go).
 //
 // Wire format (Pusher's): POST {"time_ms":<unix ms>,"events":[...]} with Content-Type
 // application/json, X-Pusher-Key: <app key>, X-Pusher-Signature: lower-case hex
@@ -153,12 +155,13 @@ type Stats struct {
 	// Retried counts attempts after a batch's first.
 	Retried uint64
 	// Dropped counts events given up on: outbox overflow, RetryFor exhausted, Close's
-	// context ended, emitted after Close, an invalid event (no name, not encodable), or a
-	// shared store that could not take it.
+	// context ended, emitted after Close, an invalid event (no name, not encodable), a
+	// shared store that could not take it, or one that lost it (a Redis wiped or restarted
+	// without persistence: the events this node queued there and had not seen done).
 	Dropped uint64
 	// DroppedBatches counts batches given up on after they were claimed for delivery:
-	// RetryFor exhausted, or dropped at shutdown (memory store). Each is logged with its
-	// event types.
+	// RetryFor exhausted, or dropped at shutdown (memory store), each logged with its event
+	// types; and, per outbox, what a shared store lost (each loss logged with its count).
 	DroppedBatches uint64
 	// Pending is the number of events queued or in flight (the outbox size). With a
 	// shared store it is the cluster's total as of the last poll, plus what this node has
