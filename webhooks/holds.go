@@ -9,23 +9,15 @@ import (
 // maxDuePerTick bounds the holds fired per tick so one tick cannot run for long.
 const maxDuePerTick = 1000
 
-// ticker fires due holds every tick and, on a shared store, heartbeats and reaps dead
-// nodes every second and polls every outbox every Poll.
+// ticker fires due holds every tick and, on a shared store, polls every outbox every Poll
+// (dead nodes are the node registry's: see RedisStore.ReapNode).
 func (d *Dispatcher) ticker() {
 	defer close(d.tickDone)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var lastPoll, lastMaintain time.Time
+	var lastPoll time.Time
 	for {
 		now := time.Now()
-		if d.shared && now.Sub(lastMaintain) >= time.Second {
-			lastMaintain = now
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			if err := d.store.Maintain(ctx, now, d.nodeTTL); err != nil {
-				d.log.Warn("webhook store heartbeat failed", "error", err)
-			}
-			cancel()
-		}
 		d.fireDue(now)
 		if d.shared && now.Sub(lastPoll) >= d.poll {
 			lastPoll = now

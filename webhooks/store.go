@@ -66,9 +66,6 @@ type Store interface {
 	// Fire takes a due hold and pushes out in the same step; false means it was cancelled or
 	// taken by another node meanwhile. Firing a channel_vacated ends the occupation.
 	Fire(ctx context.Context, h Hold, now time.Time, out Out) (fired bool, err error)
-	// Maintain heartbeats this node and removes the occupancy of nodes that stopped
-	// heartbeating for ttl, holding channel_vacated for channels that only they occupied.
-	Maintain(ctx context.Context, now time.Time, ttl time.Duration) error
 }
 
 // Batch is an outbox's in-flight events and when they were first claimed: the batch's

@@ -273,9 +273,6 @@ func (s *MemoryStore) Fire(_ context.Context, h Hold, now time.Time, out Out) (b
 // Lost implements Store: what is in memory is lost only with the process.
 func (s *MemoryStore) Lost() map[string]int { return nil }
 
-// Maintain implements Store: one process has no other nodes to reap.
-func (s *MemoryStore) Maintain(context.Context, time.Time, time.Duration) error { return nil }
-
 // flushHolds makes every hold due now; Close uses it so a process that stops does not take
 // its held vacated/removed events with it.
 func (s *MemoryStore) flushHolds(now time.Time) {

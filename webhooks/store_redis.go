@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // RedisStore is the cluster Store: outboxes, leases, occupancy and holds live in Redis and
@@ -22,16 +25,16 @@ import (
 //
 // Occupancy is counted in nodes: a node adds itself to a channel when its first local
 // subscriber joins and leaves when its last one leaves, and a channel is occupied while
-// one node or more has it. Each node heartbeats; Maintain on any node removes a node that
-// stopped heartbeating, which vacates the channels only it had (held, like any vacate).
+// one node or more has it. Which nodes are alive is the cluster's node registry's one
+// record (channels.NodeRegistry): a survivor that reaps a dead node calls ReapNode, which
+// vacates the channels only it had (held, like any vacate).
 //
 // Every key carries the hash tag of the prefix (see NewRedisStore), so the scripts work
 // on Redis Cluster too: webhook state is small and one slot carries it.
 type RedisStore struct {
-	rdb      redis.UniversalClient
-	p        string // key prefix, with a hash tag
-	node     string
-	external bool // liveness comes from the cluster's node registry (UseNodeRegistry)
+	rdb  redis.UniversalClient
+	p    string // key prefix, with a hash tag
+	node string
 
 	ledger  *ledger       // what this node queued and has not seen done (ledger.go)
 	genBase string        // unique to this store: the prefix of the generations it creates
@@ -40,13 +43,18 @@ type RedisStore struct {
 
 var _ Store = (*RedisStore)(nil)
 
-// NewRedisStore keeps webhook state under prefix+"{webhooks}:" for node (the node id the
-// rest of the cluster code uses). The client stays the caller's.
-func NewRedisStore(rdb redis.UniversalClient, prefix, node string) *RedisStore {
+// NewRedisStore keeps webhook state under prefix+"{webhooks}:" for this node of nodes (the
+// cluster's node registry, which it registers with: call it before the registry starts).
+// The client stays the caller's.
+func NewRedisStore(rdb redis.UniversalClient, prefix string, nodes channels.NodeRegistry) *RedisStore {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: node, ledger: newLedger(),
+	s := &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: nodes.NodeID(), ledger: newLedger(),
 		genBase: hex.EncodeToString(b[:]) + ":"}
+	nodes.Track(channels.NodeState{Reap: func(ctx context.Context, node string, _ time.Time) error {
+		return s.ReapNode(ctx, node, time.Now())
+	}})
+	return s
 }
 
 // gen is a fresh generation for an outbox state a push may have to create.
@@ -58,148 +66,25 @@ func (s *RedisStore) lease(key string) string    { return s.p + "l:" + key }
 func (s *RedisStore) since(key string) string    { return s.p + "t:" + key }
 func (s *RedisStore) state(key string) string    { return s.p + "s:" + key }
 func (s *RedisStore) nodeSet(node string) string { return s.p + "n:" + node }
-func (s *RedisStore) nodes() string              { return s.p + "nodes" }
 func (s *RedisStore) occ() string                { return s.p + "occ" }
 func (s *RedisStore) holds() string              { return s.p + "holds" }
 func (s *RedisStore) cacheMiss() string          { return s.p + "cm" }
 
-// pushLua appends ARGV[raw] to every outbox of KEYS[from..] (pairs: the queue, then its
-// state hash; see ledger) trimming each to the limit. It returns how many it dropped and,
-// per outbox, the state's generation and the event's sequence number; gen is the
-// generation of a state the push has to create. Scripts that emit include it.
-const pushLua = `
-local function push(from, raw, limit, gen)
-  local dropped, seqs = 0, {}
-  for i = from, #KEYS, 2 do
-    local q, st = KEYS[i], KEYS[i + 1]
-    redis.call('HSETNX', st, 'g', gen)
-    local seq = redis.call('HINCRBY', st, 'e', 1)
-    local n = redis.call('RPUSH', q, raw)
-    if limit > 0 and n > limit then
-      redis.call('LTRIM', q, n - limit, -1)
-      redis.call('HINCRBY', st, 'h', n - limit)
-      dropped = dropped + n - limit
-    end
-    redis.call('PEXPIRE', st, 86400000)
-    seqs[#seqs + 1] = redis.call('HGET', st, 'g')
-    seqs[#seqs + 1] = seq
-  end
-  return dropped, seqs
-end
-local function emitted(r, seqs)
-  table.insert(seqs, 1, r)
-  return seqs
-end
-`
-
+// The scripts (internal/redisx/lua/webhooks_*.lua); every one that queues includes the push
+// library, webhooks_push.
 var (
-	pushScript = redis.NewScript(pushLua + `
-local d, seqs = push(1, ARGV[1], tonumber(ARGV[2]), ARGV[3])
-return emitted(d, seqs)`)
-
-	// claimScript returns {since ms, events...} or {} (empty) or false (leased). KEYS[4]
-	// keeps when the in-flight batch was formed, for as long as the batch exists; KEYS[5]
-	// is the outbox's state (see ledger).
-	claimScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then return false end
-if redis.call('LLEN', KEYS[2]) == 0 then
-  redis.call('DEL', KEYS[4])
-  local n = 0
-  for i = 1, tonumber(ARGV[2]) do
-    local v = redis.call('LPOP', KEYS[3])
-    if not v then break end
-    redis.call('RPUSH', KEYS[2], v)
-    n = n + 1
-  end
-  if n > 0 and redis.call('EXISTS', KEYS[5]) == 1 then
-    redis.call('HSET', KEYS[5], 'fs', (tonumber(redis.call('HGET', KEYS[5], 'h')) or 0) + 1)
-    redis.call('HINCRBY', KEYS[5], 'h', n)
-    redis.call('PEXPIRE', KEYS[5], 86400000)
-  end
-end
-local batch = redis.call('LRANGE', KEYS[2], 0, -1)
-if #batch == 0 then
-  if cur then redis.call('DEL', KEYS[1]) end
-  return {}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-redis.call('SET', KEYS[4], ARGV[4], 'NX')
-table.insert(batch, 1, redis.call('GET', KEYS[4]))
-return batch`)
-
-	renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1`)
-
-	// ackScript returns {1, the state's generation, h} or {0}.
-	ackScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
-redis.call('DEL', KEYS[2], KEYS[3])
-local st = redis.call('HMGET', KEYS[4], 'g', 'h')
-return {1, st[1] or '', st[2] or '0'}`)
-
-	// sizeScript returns {queued + in flight, the state's generation, h, fs, in flight}: one
-	// atomic read for the ledger.
-	sizeScript = redis.NewScript(`
-local q, f = redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2])
-local st = redis.call('HMGET', KEYS[3], 'g', 'h', 'fs')
-return {q + f, st[1] or '', st[2] or '0', st[3] or '0', f}`)
-
-	releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1`)
-
-	occupyScript = redis.NewScript(pushLua + `
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if redis.call('SADD', KEYS[2], ARGV[3]) == 0 then return {0} end
-if redis.call('HINCRBY', KEYS[3], ARGV[3], 1) ~= 1 then return {0} end
-if redis.call('ZREM', KEYS[4], ARGV[4]) == 1 then return {0} end
-local _, seqs = push(5, ARGV[5], tonumber(ARGV[6]), ARGV[7])
-return emitted(1, seqs)`)
-
-	vacateScript = redis.NewScript(`
-if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) > 0 then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-return 1`)
-
-	memberAddScript = redis.NewScript(pushLua + `
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then return {0} end
-local _, seqs = push(2, ARGV[2], tonumber(ARGV[3]), ARGV[4])
-return emitted(1, seqs)`)
-
-	cacheMissScript = redis.NewScript(pushLua + `
-if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return {0} end
-local _, seqs = push(2, ARGV[2], tonumber(ARGV[3]), ARGV[4])
-return emitted(1, seqs)`)
-
-	fireScript = redis.NewScript(pushLua + `
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s or tonumber(s) > tonumber(ARGV[2]) then return {0} end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if ARGV[5] ~= '' then redis.call('SREM', KEYS[2], ARGV[5]) end
-local _, seqs = push(3, ARGV[3], tonumber(ARGV[4]), ARGV[6])
-return emitted(1, seqs)`)
-
-	// reapScript removes up to ARGV[4] channels of a node whose heartbeat is not after
-	// ARGV[2]; it returns 1 when the node is gone (or came back), 0 when more remain.
-	reapScript = redis.NewScript(`
-local seen = redis.call('HGET', KEYS[1], ARGV[1])
-if not seen or tonumber(seen) > tonumber(ARGV[2]) then return 1 end
-for _, f in ipairs(redis.call('SPOP', KEYS[2], tonumber(ARGV[4]))) do
-  if redis.call('HINCRBY', KEYS[3], f, -1) <= 0 then
-    redis.call('HDEL', KEYS[3], f)
-    redis.call('ZADD', KEYS[4], ARGV[3], 'v\0' .. f)
-  end
-end
-if redis.call('SCARD', KEYS[2]) == 0 then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  return 1
-end
-return 0`)
+	pushScript      = redisx.Script("webhooks_push", "webhooks_push_events")
+	claimScript     = redisx.Script("webhooks_claim")
+	renewScript     = redisx.Script("webhooks_renew")
+	ackScript       = redisx.Script("webhooks_ack")
+	sizeScript      = redisx.Script("webhooks_size")
+	releaseScript   = redisx.Script("webhooks_release")
+	occupyScript    = redisx.Script("webhooks_push", "webhooks_occupy")
+	vacateScript    = redisx.Script("webhooks_vacate")
+	memberAddScript = redisx.Script("webhooks_push", "webhooks_member_add")
+	cacheMissScript = redisx.Script("webhooks_push", "webhooks_cache_miss")
+	fireScript      = redisx.Script("webhooks_push", "webhooks_fire")
+	reapNodeScript  = redisx.Script("webhooks_reap_node")
 )
 
 // reapBatch bounds one reap script's work so a dead node with many channels never blocks
@@ -323,8 +208,8 @@ func (s *RedisStore) Size(ctx context.Context, key string) (int, error) {
 
 // Occupy implements Store.
 func (s *RedisStore) Occupy(ctx context.Context, app, channel string, out Out) (bool, error) {
-	keys := append([]string{s.nodes(), s.nodeSet(s.node), s.occ(), s.holds()}, s.outArgs(out)...)
-	res, err := occupyScript.Run(ctx, s.rdb, keys, s.node, ms(time.Now()), field(app, channel),
+	keys := append([]string{s.nodeSet(s.node), s.occ(), s.holds()}, s.outArgs(out)...)
+	res, err := occupyScript.Run(ctx, s.rdb, keys, field(app, channel),
 		Hold{Kind: HoldVacated, App: app, Channel: channel}.member(), out.Raw, out.Limit, s.gen()).Slice()
 	n, err := s.emitted(out, res, err)
 	return n == 1, err
@@ -392,36 +277,4 @@ func (s *RedisStore) Fire(ctx context.Context, h Hold, now time.Time, out Out) (
 	res, err := fireScript.Run(ctx, s.rdb, keys, h.member(), now.UnixMilli(), out.Raw, out.Limit, cm, s.gen()).Slice()
 	n, err := s.emitted(out, res, err)
 	return n == 1, err
-}
-
-// Maintain implements Store.
-func (s *RedisStore) Maintain(ctx context.Context, now time.Time, ttl time.Duration) error {
-	if s.external {
-		return nil
-	}
-	if err := s.rdb.HSet(ctx, s.nodes(), s.node, now.UnixMilli()).Err(); err != nil {
-		return err
-	}
-	seen, err := s.rdb.HGetAll(ctx, s.nodes()).Result()
-	if err != nil {
-		return err
-	}
-	cutoff := now.Add(-ttl).UnixMilli()
-	for node, v := range seen {
-		at, _ := strconv.ParseInt(v, 10, 64)
-		if node == s.node || at > cutoff {
-			continue
-		}
-		for {
-			done, err := reapScript.Run(ctx, s.rdb, []string{s.nodes(), s.nodeSet(node), s.occ(), s.holds()},
-				node, cutoff, now.UnixMilli(), reapBatch).Int()
-			if err != nil {
-				return err
-			}
-			if done == 1 {
-				break
-			}
-		}
-	}
-	return nil
 }

@@ -84,9 +84,6 @@ const (
 	// DefaultPoll is how often a node looks at every outbox of a shared store, to send
 	// what other nodes queued or left behind.
 	DefaultPoll = 500 * time.Millisecond
-	// DefaultNodeTTL is how long a node may miss heartbeats before another removes its
-	// channel occupancy.
-	DefaultNodeTTL = 10 * time.Second
 	// DefaultOpsLimit bounds the events waiting for a shared store (while Redis is slow).
 	DefaultOpsLimit = 10000
 )
@@ -131,8 +128,8 @@ type Options struct {
 	Hold time.Duration
 	// CountDebounce delays subscription_count (default 1s).
 	CountDebounce time.Duration
-	// Lease, Poll and NodeTTL tune a shared store (defaults 15s, 500ms, 10s).
-	Lease, Poll, NodeTTL time.Duration
+	// Lease and Poll tune a shared store (defaults 15s, 500ms).
+	Lease, Poll time.Duration
 	// OpsLimit bounds the work queued for a shared store (default 10000).
 	OpsLimit int
 	// Logger receives structured logs; never secrets or event bodies. Default slog.Default().
@@ -187,7 +184,6 @@ type Dispatcher struct {
 	countDebounce time.Duration
 	lease         time.Duration
 	poll          time.Duration
-	nodeTTL       time.Duration
 	log           *slog.Logger
 	now           func() time.Time
 
@@ -242,7 +238,6 @@ func New(opts Options) *Dispatcher {
 		countDebounce: opts.CountDebounce,
 		lease:         opts.Lease,
 		poll:          opts.Poll,
-		nodeTTL:       opts.NodeTTL,
 		log:           opts.Logger,
 		now:           opts.Now,
 		routes:        map[string]*appRoutes{},
@@ -291,7 +286,6 @@ func New(opts Options) *Dispatcher {
 	d.countDebounce = orDefault(d.countDebounce, DefaultCountDebounce)
 	d.lease = orDefault(d.lease, DefaultLease)
 	d.poll = orDefault(d.poll, DefaultPoll)
-	d.nodeTTL = orDefault(d.nodeTTL, DefaultNodeTTL)
 	if d.now == nil {
 		d.now = time.Now
 	}

@@ -63,7 +63,7 @@ func TestEventsLostToARedisWipeAreCounted(t *testing.T) {
 			logs := &syncBuffer{}
 			node := func() *Dispatcher {
 				opts := testOptions(logs)
-				opts.Store = NewRedisStore(rdb, prefix, uuid.NewString())
+				opts.Store = redisStore(rdb, prefix, "")
 				opts.Poll = 50 * time.Millisecond
 				opts.MaxBatch = 2
 				opts.Lease = 2 * time.Second

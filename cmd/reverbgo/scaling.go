@@ -211,15 +211,11 @@ func (c *cluster) onGap(cause string, restored bool) {
 	}
 }
 
-// webhookStore is the webhooks' cluster store, its dead nodes reaped by the node registry
-// (the same node_timeout as presence and occupancy); call it before start.
+// webhookStore is the webhooks' cluster store, registered with the node registry (which
+// reaps its dead nodes, with the same node_timeout as presence and occupancy); call it
+// before start.
 func (c *cluster) webhookStore() *webhooks.RedisStore {
-	s := webhooks.NewRedisStore(c.rdb, c.prefix, c.node)
-	s.UseNodeRegistry()
-	c.nodes.Track(channels.NodeState{Reap: func(ctx context.Context, node string, _ time.Time) error {
-		return s.ReapNode(ctx, node, time.Now())
-	}})
-	return s
+	return webhooks.NewRedisStore(c.rdb, c.prefix, c.nodes)
 }
 
 // health is /up's dependency check: the subscription must be live and Redis must answer.
