@@ -40,9 +40,10 @@ type cluster struct {
 	// presence.Start.
 	gone func(app, channel, user string)
 	back func(app, channel, socketID string, m channels.Member)
-	// gap is set to the pusher server's PresenceTrouble before the broker delivers: a
-	// subscription connection that may have missed member events makes the node reconcile.
-	gap atomic.Pointer[func()]
+	// gap is set before the broker delivers: a subscription connection that may have missed
+	// events makes the node reconcile presence (the pusher server's PresenceTrouble) and,
+	// once it is confirmed again, replay cache channels' last events (Registry.CacheGap).
+	gap atomic.Pointer[func(cause string, restored bool)]
 }
 
 // clusterView is the pusher server's cluster-wide read side: counts, channel lists and
@@ -180,8 +181,8 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	c.gone = srv.MemberGone
 	c.back = srv.MemberBack
-	trouble := srv.PresenceTrouble
-	c.gap.Store(&trouble)
+	gap := func(cause string, restored bool) { srv.PresenceTrouble(); reg.CacheGap(cause, restored) }
+	c.gap.Store(&gap)
 	c.occ.SetConnections(func() map[string]int64 {
 		out := make(map[string]int64, len(c.apps))
 		for _, app := range c.apps {
@@ -204,10 +205,11 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 
 // onGap hears the broker's subscription connections lose and regain what Redis delivers: a
 // member event published meanwhile never reached this node, so presence reconciles (the
-// reconcile waits two quiet intervals after the last trouble by itself).
+// reconcile waits two quiet intervals after the last trouble by itself), and a cache
+// channel's last event may be missing, so it is replayed once the connection is back.
 func (c *cluster) onGap(cause string, restored bool) {
 	if f := c.gap.Load(); f != nil {
-		(*f)()
+		(*f)(cause, restored)
 	}
 }
 
