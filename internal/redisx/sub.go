@@ -120,6 +120,7 @@ func (c *Client) NewSub(opts SubOptions) *Sub {
 	c.subs[s] = struct{}{}
 	c.mu.Unlock()
 	c.onSwitch(func() { s.Remake(CauseFailover) })
+	s.signal() // the first round makes the connection, without waiting for a probe's tick
 	go s.run()
 	return s
 }
