@@ -22,7 +22,10 @@ import (
 // events it queued, so two nodes never count one event twice, and nothing is sent again (no
 // duplicate by design).
 //
-// Bounded: a poll leaves only what is still queued or in flight, which OutboxLimit bounds.
+// Bounded: a poll leaves only what is still queued or in flight, which OutboxLimit bounds;
+// and an outbox never keeps more than ledgerCap(limit) (a safety valve for a roll from a
+// version that does not keep the state, whose claims do not advance it: the oldest are
+// forgotten, which can only under-count).
 // The count errs on the high side in one case: an event of this node that another node
 // delivered within the last poll interval before the wipe is counted lost.
 type ledger struct {
@@ -58,10 +61,20 @@ func (l *ledger) begin() uint64 {
 	return l.clock
 }
 
-// record keeps an event this node queued as seq under gen. Pushes may answer out of order
-// (the op queue and the hold ticker push concurrently), so a push's generation is compared
-// with both the current and the previous one.
-func (l *ledger) record(key, gen string, seq int64) {
+// ledgerCap bounds an outbox's entries: far above what its queue (at most limit) and its
+// batch in flight can hold. limit 0 (unbounded queue) leaves the bound to the polls.
+func ledgerCap(limit int) int {
+	if limit <= 0 {
+		return 0
+	}
+	return 2*limit + 1000
+}
+
+// record keeps an event this node queued as seq under gen into an outbox of limit (see
+// ledgerCap). Pushes may answer out of order (the op queue and the hold ticker push
+// concurrently), so a push's generation is compared with both the current and the
+// previous one.
+func (l *ledger) record(key, gen string, seq int64, limit int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.clock++
@@ -80,6 +93,9 @@ func (l *ledger) record(key, gen string, seq int64) {
 	}
 	if i, found := slices.BinarySearch(o.seqs, seq); !found {
 		o.seqs = slices.Insert(o.seqs, i, seq)
+	}
+	if c := ledgerCap(limit); c > 0 && len(o.seqs) > c {
+		o.seqs = slices.Delete(o.seqs, 0, len(o.seqs)-c)
 	}
 	o.at = l.clock
 }

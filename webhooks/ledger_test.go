@@ -12,6 +12,7 @@ import (
 func TestLedger(t *testing.T) {
 	type step struct {
 		push  []int64      // seqs recorded under gen
+		limit int          // the outbox limit of the pushes
 		gen   string       // of the push or the read
 		read  *outboxState // a read sent at the stamp of step stamp (see sentAt)
 		stamp int          // index of the step before which the read was sent; -1: now
@@ -52,6 +53,9 @@ func TestLedger(t *testing.T) {
 			{push: []int64{1}, gen: "g1"},
 			{read: st("", 0, 0, 0), stamp: 0}, // sent before the push
 		}, []int64{1}, 0},
+		{"never more than the cap", []step{
+			{push: seqs(1, 1005), gen: "g1", limit: 1},
+		}, seqs(4, 1005), 0}, // ledgerCap(1) = 1002
 		{"a late read of the old generation is ignored", []step{
 			{push: []int64{1, 2}, gen: "g1"},
 			{push: []int64{1}, gen: "g2"},
@@ -67,7 +71,7 @@ func TestLedger(t *testing.T) {
 				s := c.steps[i]
 				if s.read == nil {
 					for _, q := range s.push {
-						l.record("k", s.gen, q)
+						l.record("k", s.gen, q, s.limit)
 					}
 					continue
 				}
@@ -87,4 +91,13 @@ func TestLedger(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seqs is from..to.
+func seqs(from, to int64) []int64 {
+	var out []int64
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
 }

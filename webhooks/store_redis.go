@@ -118,7 +118,7 @@ func (s *RedisStore) emitted(out Out, res []any, err error) (int, error) {
 		}
 		gen, _ := res[1+2*i].(string)
 		seq, _ := res[2+2*i].(int64)
-		s.ledger.record(k, gen, seq)
+		s.ledger.record(k, gen, seq, out.Limit)
 	}
 	return int(r), nil
 }
