@@ -36,6 +36,9 @@ type channel struct {
 type shard struct {
 	mu       sync.RWMutex
 	channels map[key]*channel
+	// cacheMu orders the deliveries of the shard's cache channels with a gap replay
+	// (cache_gap.go), so a replayed last event never lands after a newer one.
+	cacheMu sync.Mutex
 }
 
 // Registry is the node's channel table, sharded by app and channel name so that
@@ -55,6 +58,7 @@ type Registry struct {
 	router Router
 	sent   deliveryStats // broadcast fan-out counters (stats.go)
 	ann    announced     // what local presence subscribers were told (announced.go)
+	replay cacheReplay   // the cache channels' replay after a gap (cache_gap.go)
 }
 
 // Options wires the seams; nil Broker or Presence selects the in-memory one. Occupancy,
@@ -332,10 +336,17 @@ type WriteThrough interface {
 // for cache channels. Brokers call it for messages from any node. It returns the number
 // of sockets it queued the frame on.
 func (r *Registry) DeliverLocal(m Message) int {
+	s := r.shardOf(m.AppID, m.Channel)
 	if m.Cacheable && KindOf(m.Channel).IsCache() {
+		s.cacheMu.Lock()
+		defer s.cacheMu.Unlock()
 		r.cache.put(m.AppID, m.Channel, m.Frame)
 	}
-	s := r.shardOf(m.AppID, m.Channel)
+	return r.fanOut(s, m)
+}
+
+// fanOut sends m to the channel's local subscribers (s is its shard).
+func (r *Registry) fanOut(s *shard, m Message) int {
 	s.mu.RLock()
 	ch := s.channels[key{m.AppID, m.Channel}]
 	s.mu.RUnlock()

@@ -22,7 +22,7 @@ func sharedStores(t *testing.T) map[string]func(t *testing.T) func() Store {
 	for _, be := range testutil.RedisBackends(t, false) {
 		out[be.Name] = func(t *testing.T) func() Store {
 			prefix := "t:" + uuid.NewString() + ":"
-			return func() Store { return NewRedisStore(be.Client(t), prefix, uuid.NewString()) }
+			return func() Store { return redisStore(be.Client(t), prefix, "") }
 		}
 	}
 	return out
@@ -174,7 +174,7 @@ func TestStoreOutage(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rcv := newReceiver(t, nil)
-	d := clusterNode(t, NewRedisStore(rdb, "t:", "n1"), app("1", "k", "s", hook(rcv.srv.URL)))
+	d := clusterNode(t, redisStore(rdb, "t:", "n1"), app("1", "k", "s", hook(rcv.srv.URL)))
 	mr.Close()
 	for _, n := range []string{"a", "b", "c"} {
 		d.Emit("1", ev("client_event", n))

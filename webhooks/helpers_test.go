@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
@@ -198,3 +201,9 @@ func settled(d *Dispatcher) func() bool {
 }
 
 func appsOf(apps ...config.App) []config.App { return apps }
+
+// redisStore is node's store (a new node id when ""), registered with a node registry of its
+// own as cmd/reverbgo does (not heartbeating: these tests reap no node).
+func redisStore(rdb redis.UniversalClient, prefix, node string) *RedisStore {
+	return NewRedisStore(rdb, prefix, channels.NewRedisNodes(rdb, channels.RedisNodesOptions{Prefix: prefix, NodeID: node}))
+}

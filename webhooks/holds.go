@@ -9,23 +9,15 @@ import (
 // maxDuePerTick bounds the holds fired per tick so one tick cannot run for long.
 const maxDuePerTick = 1000
 
-// ticker fires due holds every tick and, on a shared store, heartbeats and reaps dead
-// nodes every second and polls every outbox every Poll.
+// ticker fires due holds every tick and, on a shared store, polls every outbox every Poll
+// (dead nodes are the node registry's: see RedisStore.ReapNode).
 func (d *Dispatcher) ticker() {
 	defer close(d.tickDone)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var lastPoll, lastMaintain time.Time
+	var lastPoll time.Time
 	for {
 		now := time.Now()
-		if d.shared && now.Sub(lastMaintain) >= time.Second {
-			lastMaintain = now
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			if err := d.store.Maintain(ctx, now, d.nodeTTL); err != nil {
-				d.log.Warn("webhook store heartbeat failed", "error", err)
-			}
-			cancel()
-		}
 		d.fireDue(now)
 		if d.shared && now.Sub(lastPoll) >= d.poll {
 			lastPoll = now
@@ -136,4 +128,30 @@ func (d *Dispatcher) pollOutboxes() {
 		}
 	}
 	d.sharedSize.Store(total)
+	d.countLost(obs)
+}
+
+// countLost counts as dropped what the store lost of the events this node queued (a Redis
+// restarted without persistence or wiped): the events, and one batch per outbox.
+func (d *Dispatcher) countLost(obs []*outbox) {
+	lost := d.store.Lost()
+	if len(lost) == 0 {
+		return
+	}
+	for _, ob := range obs {
+		n := lost[ob.key]
+		if n == 0 {
+			continue
+		}
+		delete(lost, ob.key)
+		d.dropped.Add(uint64(n))
+		d.droppedBatches.Add(1)
+		d.log.Warn("webhook events lost with the store's data (Redis restarted without persistence or wiped); counted dropped",
+			"app_id", ob.appID, "url", ob.logURL, "events", n)
+	}
+	for _, n := range lost { // outboxes no longer known here
+		d.dropped.Add(uint64(n))
+		d.droppedBatches.Add(1)
+		d.log.Warn("webhook events lost with the store's data; counted dropped", "events", n)
+	}
 }

@@ -139,13 +139,6 @@ func (s *cutStore) Size(ctx context.Context, key string) (int, error) {
 	return s.Store.Size(ctx, key)
 }
 
-func (s *cutStore) Maintain(ctx context.Context, now time.Time, ttl time.Duration) error {
-	if s.cut.Load() {
-		return errCut
-	}
-	return s.Store.Maintain(ctx, now, ttl)
-}
-
 // nodeClient tags every POST of one Dispatcher with X-Test-Node, so the receiver can tell
 // the nodes apart.
 func nodeClient(name string) *http.Client {
@@ -207,7 +200,7 @@ func TestUnrenewableLeaseStopsSending(t *testing.T) {
 		return out
 	}
 
-	a := &cutStore{Store: NewRedisStore(rdb, prefix, "A")}
+	a := &cutStore{Store: redisStore(rdb, prefix, "A")}
 	optsA := testOptions(&syncBuffer{})
 	optsA.Store, optsA.Client, optsA.Lease, optsA.RetryFor = a, nodeClient("A"), lease, 4*time.Second
 	optsA.Poll = 50 * time.Millisecond
@@ -218,7 +211,7 @@ func TestUnrenewableLeaseStopsSending(t *testing.T) {
 	expires := a.lastClaim().Add(lease)
 
 	optsB := testOptions(&syncBuffer{})
-	optsB.Store, optsB.Client, optsB.Lease = NewRedisStore(rdb, prefix, "B"), nodeClient("B"), lease
+	optsB.Store, optsB.Client, optsB.Lease = redisStore(rdb, prefix, "B"), nodeClient("B"), lease
 	optsB.Poll = 50 * time.Millisecond
 	start(t, optsB, app("1", "k", "s", hook(srv.URL)))
 	testutil.WaitFor(t, "B sends the batch", func() bool { return len(postsOf("B")) > 0 })

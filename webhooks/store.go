@@ -36,6 +36,10 @@ type Store interface {
 	Release(ctx context.Context, key, owner string) error
 	// Size is the number of queued plus in-flight events of an outbox.
 	Size(ctx context.Context, key string) (int, error)
+	// Lost returns, per outbox, the events this node queued that the store lost without
+	// sending or dropping them (a Redis restarted without persistence, or wiped), as far as
+	// Size and Ack have shown since the last call, and forgets them. MemoryStore loses none.
+	Lost() map[string]int
 
 	// Occupy records that this node's first local subscriber joined a channel. When it makes
 	// the channel occupied cluster-wide it cancels a held channel_vacated (the channel came
@@ -62,9 +66,6 @@ type Store interface {
 	// Fire takes a due hold and pushes out in the same step; false means it was cancelled or
 	// taken by another node meanwhile. Firing a channel_vacated ends the occupation.
 	Fire(ctx context.Context, h Hold, now time.Time, out Out) (fired bool, err error)
-	// Maintain heartbeats this node and removes the occupancy of nodes that stopped
-	// heartbeating for ttl, holding channel_vacated for channels that only they occupied.
-	Maintain(ctx context.Context, now time.Time, ttl time.Duration) error
 }
 
 // Batch is an outbox's in-flight events and when they were first claimed: the batch's

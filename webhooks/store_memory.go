@@ -270,8 +270,8 @@ func (s *MemoryStore) Fire(_ context.Context, h Hold, now time.Time, out Out) (b
 	return true, nil
 }
 
-// Maintain implements Store: one process has no other nodes to reap.
-func (s *MemoryStore) Maintain(context.Context, time.Time, time.Duration) error { return nil }
+// Lost implements Store: what is in memory is lost only with the process.
+func (s *MemoryStore) Lost() map[string]int { return nil }
 
 // flushHolds makes every hold due now; Close uses it so a process that stops does not take
 // its held vacated/removed events with it.

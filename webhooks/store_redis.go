@@ -2,11 +2,18 @@ package webhooks
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // RedisStore is the cluster Store: outboxes, leases, occupancy and holds live in Redis and
@@ -18,141 +25,66 @@ import (
 //
 // Occupancy is counted in nodes: a node adds itself to a channel when its first local
 // subscriber joins and leaves when its last one leaves, and a channel is occupied while
-// one node or more has it. Each node heartbeats; Maintain on any node removes a node that
-// stopped heartbeating, which vacates the channels only it had (held, like any vacate).
+// one node or more has it. Which nodes are alive is the cluster's node registry's one
+// record (channels.NodeRegistry): a survivor that reaps a dead node calls ReapNode, which
+// vacates the channels only it had (held, like any vacate).
 //
 // Every key carries the hash tag of the prefix (see NewRedisStore), so the scripts work
 // on Redis Cluster too: webhook state is small and one slot carries it.
 type RedisStore struct {
-	rdb      redis.UniversalClient
-	p        string // key prefix, with a hash tag
-	node     string
-	external bool // liveness comes from the cluster's node registry (UseNodeRegistry)
+	rdb  redis.UniversalClient
+	p    string // key prefix, with a hash tag
+	node string
+
+	ledger  *ledger       // what this node queued and has not seen done (ledger.go)
+	genBase string        // unique to this store: the prefix of the generations it creates
+	gens    atomic.Uint64 // numbers them
 }
 
 var _ Store = (*RedisStore)(nil)
 
-// NewRedisStore keeps webhook state under prefix+"{webhooks}:" for node (the node id the
-// rest of the cluster code uses). The client stays the caller's.
-func NewRedisStore(rdb redis.UniversalClient, prefix, node string) *RedisStore {
-	return &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: node}
+// NewRedisStore keeps webhook state under prefix+"{webhooks}:" for this node of nodes (the
+// cluster's node registry, which it registers with: call it before the registry starts).
+// The client stays the caller's.
+func NewRedisStore(rdb redis.UniversalClient, prefix string, nodes channels.NodeRegistry) *RedisStore {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	s := &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: nodes.NodeID(), ledger: newLedger(),
+		genBase: hex.EncodeToString(b[:]) + ":"}
+	nodes.Track(channels.NodeState{Reap: func(ctx context.Context, node string, _ time.Time) error {
+		return s.ReapNode(ctx, node, time.Now())
+	}})
+	return s
 }
+
+// gen is a fresh generation for an outbox state a push may have to create.
+func (s *RedisStore) gen() string { return s.genBase + strconv.FormatUint(s.gens.Add(1), 10) }
 
 func (s *RedisStore) queue(key string) string    { return s.p + "q:" + key }
 func (s *RedisStore) inflight(key string) string { return s.p + "f:" + key }
 func (s *RedisStore) lease(key string) string    { return s.p + "l:" + key }
 func (s *RedisStore) since(key string) string    { return s.p + "t:" + key }
+func (s *RedisStore) state(key string) string    { return s.p + "s:" + key }
 func (s *RedisStore) nodeSet(node string) string { return s.p + "n:" + node }
-func (s *RedisStore) nodes() string              { return s.p + "nodes" }
 func (s *RedisStore) occ() string                { return s.p + "occ" }
 func (s *RedisStore) holds() string              { return s.p + "holds" }
 func (s *RedisStore) cacheMiss() string          { return s.p + "cm" }
 
-// pushLua appends ARGV[raw] to KEYS[from..] trimming each to the limit; scripts that emit
-// include it.
-const pushLua = `
-local function push(from, raw, limit)
-  local dropped = 0
-  for i = from, #KEYS do
-    local n = redis.call('RPUSH', KEYS[i], raw)
-    if limit > 0 and n > limit then
-      redis.call('LTRIM', KEYS[i], n - limit, -1)
-      dropped = dropped + n - limit
-    end
-  end
-  return dropped
-end
-`
-
+// The scripts (internal/redisx/lua/webhooks_*.lua); every one that queues includes the push
+// library, webhooks_push.
 var (
-	pushScript = redis.NewScript(pushLua + `return push(1, ARGV[1], tonumber(ARGV[2]))`)
-
-	// claimScript returns {since ms, events...} or {} (empty) or false (leased). KEYS[4]
-	// keeps when the in-flight batch was formed, for as long as the batch exists.
-	claimScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then return false end
-if redis.call('LLEN', KEYS[2]) == 0 then
-  redis.call('DEL', KEYS[4])
-  for i = 1, tonumber(ARGV[2]) do
-    local v = redis.call('LPOP', KEYS[3])
-    if not v then break end
-    redis.call('RPUSH', KEYS[2], v)
-  end
-end
-local batch = redis.call('LRANGE', KEYS[2], 0, -1)
-if #batch == 0 then
-  if cur then redis.call('DEL', KEYS[1]) end
-  return {}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-redis.call('SET', KEYS[4], ARGV[4], 'NX')
-table.insert(batch, 1, redis.call('GET', KEYS[4]))
-return batch`)
-
-	renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1`)
-
-	ackScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
-return 1`)
-
-	releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1`)
-
-	occupyScript = redis.NewScript(pushLua + `
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if redis.call('SADD', KEYS[2], ARGV[3]) == 0 then return 0 end
-if redis.call('HINCRBY', KEYS[3], ARGV[3], 1) ~= 1 then return 0 end
-if redis.call('ZREM', KEYS[4], ARGV[4]) == 1 then return 0 end
-push(5, ARGV[5], tonumber(ARGV[6]))
-return 1`)
-
-	vacateScript = redis.NewScript(`
-if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) > 0 then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-return 1`)
-
-	memberAddScript = redis.NewScript(pushLua + `
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then return 0 end
-push(2, ARGV[2], tonumber(ARGV[3]))
-return 1`)
-
-	cacheMissScript = redis.NewScript(pushLua + `
-if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return 0 end
-push(2, ARGV[2], tonumber(ARGV[3]))
-return 1`)
-
-	fireScript = redis.NewScript(pushLua + `
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s or tonumber(s) > tonumber(ARGV[2]) then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if ARGV[5] ~= '' then redis.call('SREM', KEYS[2], ARGV[5]) end
-push(3, ARGV[3], tonumber(ARGV[4]))
-return 1`)
-
-	// reapScript removes up to ARGV[4] channels of a node whose heartbeat is not after
-	// ARGV[2]; it returns 1 when the node is gone (or came back), 0 when more remain.
-	reapScript = redis.NewScript(`
-local seen = redis.call('HGET', KEYS[1], ARGV[1])
-if not seen or tonumber(seen) > tonumber(ARGV[2]) then return 1 end
-for _, f in ipairs(redis.call('SPOP', KEYS[2], tonumber(ARGV[4]))) do
-  if redis.call('HINCRBY', KEYS[3], f, -1) <= 0 then
-    redis.call('HDEL', KEYS[3], f)
-    redis.call('ZADD', KEYS[4], ARGV[3], 'v\0' .. f)
-  end
-end
-if redis.call('SCARD', KEYS[2]) == 0 then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  return 1
-end
-return 0`)
+	pushScript      = redisx.Script("webhooks_push", "webhooks_push_events")
+	claimScript     = redisx.Script("webhooks_claim")
+	renewScript     = redisx.Script("webhooks_renew")
+	ackScript       = redisx.Script("webhooks_ack")
+	sizeScript      = redisx.Script("webhooks_size")
+	releaseScript   = redisx.Script("webhooks_release")
+	occupyScript    = redisx.Script("webhooks_push", "webhooks_occupy")
+	vacateScript    = redisx.Script("webhooks_vacate")
+	memberAddScript = redisx.Script("webhooks_push", "webhooks_member_add")
+	cacheMissScript = redisx.Script("webhooks_push", "webhooks_cache_miss")
+	fireScript      = redisx.Script("webhooks_push", "webhooks_fire")
+	reapNodeScript  = redisx.Script("webhooks_reap_node")
 )
 
 // reapBatch bounds one reap script's work so a dead node with many channels never blocks
@@ -161,12 +93,34 @@ const reapBatch = 500
 
 func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
+// outArgs are the keys of out's outboxes as pushLua takes them: queue, state, queue, ...
 func (s *RedisStore) outArgs(out Out) []string {
-	keys := make([]string, len(out.Keys))
-	for i, k := range out.Keys {
-		keys[i] = s.queue(k)
+	keys := make([]string, 0, 2*len(out.Keys))
+	for _, k := range out.Keys {
+		keys = append(keys, s.queue(k), s.state(k))
 	}
 	return keys
+}
+
+// emitted reads a pushing script's answer, {result, generation, sequence, ...} with a pair
+// per outbox of out when it pushed, and records the pushes in the ledger.
+func (s *RedisStore) emitted(out Out, res []any, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	if len(res) == 0 {
+		return 0, errors.New("webhooks: empty script answer")
+	}
+	r, _ := res[0].(int64)
+	for i, k := range out.Keys {
+		if 2+2*i >= len(res) {
+			break
+		}
+		gen, _ := res[1+2*i].(string)
+		seq, _ := res[2+2*i].(int64)
+		s.ledger.record(k, gen, seq, out.Limit)
+	}
+	return int(r), nil
 }
 
 // Push implements Store.
@@ -174,12 +128,16 @@ func (s *RedisStore) Push(ctx context.Context, out Out) (int, error) {
 	if len(out.Keys) == 0 {
 		return 0, nil
 	}
-	return pushScript.Run(ctx, s.rdb, s.outArgs(out), out.Raw, out.Limit).Int()
+	res, err := pushScript.Run(ctx, s.rdb, s.outArgs(out), out.Raw, out.Limit, s.gen()).Slice()
+	return s.emitted(out, res, err)
 }
+
+// Lost implements Store: the events this node queued that Redis lost (see ledger).
+func (s *RedisStore) Lost() map[string]int { return s.ledger.take() }
 
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, key, owner string, max int, lease time.Duration, now time.Time) (Batch, bool, error) {
-	res, err := claimScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.queue(key), s.since(key)},
+	res, err := claimScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.queue(key), s.since(key), s.state(key)},
 		owner, max, lease.Milliseconds(), now.UnixMilli()).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return Batch{}, false, nil
@@ -209,8 +167,18 @@ func (s *RedisStore) Renew(ctx context.Context, key, owner string, lease time.Du
 
 // Ack implements Store.
 func (s *RedisStore) Ack(ctx context.Context, key, owner string) (bool, error) {
-	n, err := ackScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.since(key)}, owner).Int()
-	return n == 1, err
+	t0 := s.ledger.begin()
+	res, err := ackScript.Run(ctx, s.rdb, []string{s.lease(key), s.inflight(key), s.since(key), s.state(key)}, owner).Slice()
+	if err != nil || len(res) == 0 {
+		return false, err
+	}
+	if n, _ := res[0].(int64); n != 1 || len(res) < 3 {
+		return false, nil
+	}
+	gen, _ := res[1].(string)
+	h, _ := strconv.ParseInt(fmt.Sprint(res[2]), 10, 64)
+	s.ledger.observe(key, outboxState{gen: gen, h: h}, t0)
+	return true, nil
 }
 
 // Release implements Store.
@@ -220,20 +188,30 @@ func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
 
 // Size implements Store.
 func (s *RedisStore) Size(ctx context.Context, key string) (int, error) {
-	pipe := s.rdb.Pipeline()
-	q := pipe.LLen(ctx, s.queue(key))
-	f := pipe.LLen(ctx, s.inflight(key))
-	if _, err := pipe.Exec(ctx); err != nil {
+	t0 := s.ledger.begin()
+	res, err := sizeScript.Run(ctx, s.rdb, []string{s.queue(key), s.inflight(key), s.state(key)}).Slice()
+	if err != nil {
 		return 0, err
 	}
-	return int(q.Val() + f.Val()), nil
+	if len(res) != 5 {
+		return 0, errors.New("webhooks: unreadable outbox size")
+	}
+	n, _ := res[0].(int64)
+	gen, _ := res[1].(string)
+	st := outboxState{gen: gen}
+	st.h, _ = strconv.ParseInt(fmt.Sprint(res[2]), 10, 64)
+	st.fs, _ = strconv.ParseInt(fmt.Sprint(res[3]), 10, 64)
+	st.fl, _ = res[4].(int64)
+	s.ledger.observe(key, st, t0)
+	return int(n), nil
 }
 
 // Occupy implements Store.
 func (s *RedisStore) Occupy(ctx context.Context, app, channel string, out Out) (bool, error) {
-	keys := append([]string{s.nodes(), s.nodeSet(s.node), s.occ(), s.holds()}, s.outArgs(out)...)
-	n, err := occupyScript.Run(ctx, s.rdb, keys, s.node, ms(time.Now()), field(app, channel),
-		Hold{Kind: HoldVacated, App: app, Channel: channel}.member(), out.Raw, out.Limit).Int()
+	keys := append([]string{s.nodeSet(s.node), s.occ(), s.holds()}, s.outArgs(out)...)
+	res, err := occupyScript.Run(ctx, s.rdb, keys, field(app, channel),
+		Hold{Kind: HoldVacated, App: app, Channel: channel}.member(), out.Raw, out.Limit, s.gen()).Slice()
+	n, err := s.emitted(out, res, err)
 	return n == 1, err
 }
 
@@ -246,8 +224,9 @@ func (s *RedisStore) Vacate(ctx context.Context, app, channel string, due time.T
 // MemberAdd implements Store.
 func (s *RedisStore) MemberAdd(ctx context.Context, app, channel, user string, out Out) (bool, error) {
 	keys := append([]string{s.holds()}, s.outArgs(out)...)
-	n, err := memberAddScript.Run(ctx, s.rdb, keys,
-		Hold{Kind: HoldRemoved, App: app, Channel: channel, User: user}.member(), out.Raw, out.Limit).Int()
+	res, err := memberAddScript.Run(ctx, s.rdb, keys,
+		Hold{Kind: HoldRemoved, App: app, Channel: channel, User: user}.member(), out.Raw, out.Limit, s.gen()).Slice()
+	n, err := s.emitted(out, res, err)
 	return n == 1, err
 }
 
@@ -260,7 +239,8 @@ func (s *RedisStore) MemberRemove(ctx context.Context, app, channel, user string
 // CacheMiss implements Store.
 func (s *RedisStore) CacheMiss(ctx context.Context, app, channel string, out Out) (bool, error) {
 	keys := append([]string{s.cacheMiss()}, s.outArgs(out)...)
-	n, err := cacheMissScript.Run(ctx, s.rdb, keys, field(app, channel), out.Raw, out.Limit).Int()
+	res, err := cacheMissScript.Run(ctx, s.rdb, keys, field(app, channel), out.Raw, out.Limit, s.gen()).Slice()
+	n, err := s.emitted(out, res, err)
 	return n == 1, err
 }
 
@@ -294,38 +274,7 @@ func (s *RedisStore) Fire(ctx context.Context, h Hold, now time.Time, out Out) (
 		cm = field(h.App, h.Channel)
 	}
 	keys := append([]string{s.holds(), s.cacheMiss()}, s.outArgs(out)...)
-	n, err := fireScript.Run(ctx, s.rdb, keys, h.member(), now.UnixMilli(), out.Raw, out.Limit, cm).Int()
+	res, err := fireScript.Run(ctx, s.rdb, keys, h.member(), now.UnixMilli(), out.Raw, out.Limit, cm, s.gen()).Slice()
+	n, err := s.emitted(out, res, err)
 	return n == 1, err
-}
-
-// Maintain implements Store.
-func (s *RedisStore) Maintain(ctx context.Context, now time.Time, ttl time.Duration) error {
-	if s.external {
-		return nil
-	}
-	if err := s.rdb.HSet(ctx, s.nodes(), s.node, now.UnixMilli()).Err(); err != nil {
-		return err
-	}
-	seen, err := s.rdb.HGetAll(ctx, s.nodes()).Result()
-	if err != nil {
-		return err
-	}
-	cutoff := now.Add(-ttl).UnixMilli()
-	for node, v := range seen {
-		at, _ := strconv.ParseInt(v, 10, 64)
-		if node == s.node || at > cutoff {
-			continue
-		}
-		for {
-			done, err := reapScript.Run(ctx, s.rdb, []string{s.nodes(), s.nodeSet(node), s.occ(), s.holds()},
-				node, cutoff, now.UnixMilli(), reapBatch).Int()
-			if err != nil {
-				return err
-			}
-			if done == 1 {
-				break
-			}
-		}
-	}
-	return nil
 }

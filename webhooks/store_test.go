@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/internal/testutil"
 	"github.com/reverbgo/reverbgo/webhooks"
@@ -12,26 +13,22 @@ import (
 )
 
 func TestMemoryStore(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, n int) ([]webhooks.Store, func(time.Duration)) {
-		return []webhooks.Store{webhooks.NewMemoryStore()}, time.Sleep
+	storetest.Run(t, func(t *testing.T, n int) storetest.Nodes {
+		return storetest.Nodes{Stores: []webhooks.Store{webhooks.NewMemoryStore()}, Elapse: time.Sleep}
 	})
 }
 
 func TestRedisStore(t *testing.T) {
 	for _, be := range testutil.RedisBackends(t, false) {
 		t.Run(be.Name, func(t *testing.T) {
-			storetest.Run(t, func(t *testing.T, n int) ([]webhooks.Store, func(time.Duration)) {
+			storetest.Run(t, func(t *testing.T, n int) storetest.Nodes {
 				prefix := "test:" + uuid.NewString() + ":" // isolates cases on a shared server
-				out := make([]webhooks.Store, n)
-				for i := range out {
-					out[i] = webhooks.NewRedisStore(be.Client(t), prefix, uuid.NewString())
-				}
 				elapse := time.Sleep
 				if be.Mini != nil {
 					mr := be.Mini(t)
 					elapse = func(d time.Duration) { mr.FastForward(d); time.Sleep(d) }
 				}
-				return out, elapse
+				return storetest.RedisNodes(t, n, prefix, func() redis.UniversalClient { return be.Client(t) }, elapse)
 			})
 		})
 	}
@@ -41,12 +38,8 @@ func TestRedisStore(t *testing.T) {
 // under a hash-tagged prefix, as the node uses: every script's keys share one slot.
 func TestRedisStoreCluster(t *testing.T) {
 	rdb := testutil.RedisCluster(t)
-	storetest.Run(t, func(t *testing.T, n int) ([]webhooks.Store, func(time.Duration)) {
+	storetest.Run(t, func(t *testing.T, n int) storetest.Nodes {
 		prefix := "{test:" + uuid.NewString() + "}:"
-		out := make([]webhooks.Store, n)
-		for i := range out {
-			out[i] = webhooks.NewRedisStore(rdb, prefix, uuid.NewString())
-		}
-		return out, time.Sleep
+		return storetest.RedisNodes(t, n, prefix, func() redis.UniversalClient { return rdb }, time.Sleep)
 	})
 }

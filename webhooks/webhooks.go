@@ -15,7 +15,9 @@
 // user leaving on one node and rejoining on another within 3 s sends nothing) and keeps the
 // outboxes in Redis, leased to one node at a time: each event is sent by one node, and a
 // restart or crash loses nothing queued (delivery is at least once: the batch in flight
-// when a node dies is sent again by the node that takes its lease over).
+// when a node dies is sent again by the node that takes its lease over). What Redis itself
+// loses (restarted without persistence, wiped) is counted dropped by the nodes that queued
+// it (ledger.go).
 //
 // Wire format (Pusher's): POST {"time_ms":<unix ms>,"events":[...]} with Content-Type
 // application/json, X-Pusher-Key: <app key>, X-Pusher-Signature: lower-case hex
@@ -82,9 +84,6 @@ const (
 	// DefaultPoll is how often a node looks at every outbox of a shared store, to send
 	// what other nodes queued or left behind.
 	DefaultPoll = 500 * time.Millisecond
-	// DefaultNodeTTL is how long a node may miss heartbeats before another removes its
-	// channel occupancy.
-	DefaultNodeTTL = 10 * time.Second
 	// DefaultOpsLimit bounds the events waiting for a shared store (while Redis is slow).
 	DefaultOpsLimit = 10000
 )
@@ -129,8 +128,8 @@ type Options struct {
 	Hold time.Duration
 	// CountDebounce delays subscription_count (default 1s).
 	CountDebounce time.Duration
-	// Lease, Poll and NodeTTL tune a shared store (defaults 15s, 500ms, 10s).
-	Lease, Poll, NodeTTL time.Duration
+	// Lease and Poll tune a shared store (defaults 15s, 500ms).
+	Lease, Poll time.Duration
 	// OpsLimit bounds the work queued for a shared store (default 10000).
 	OpsLimit int
 	// Logger receives structured logs; never secrets or event bodies. Default slog.Default().
@@ -153,12 +152,13 @@ type Stats struct {
 	// Retried counts attempts after a batch's first.
 	Retried uint64
 	// Dropped counts events given up on: outbox overflow, RetryFor exhausted, Close's
-	// context ended, emitted after Close, an invalid event (no name, not encodable), or a
-	// shared store that could not take it.
+	// context ended, emitted after Close, an invalid event (no name, not encodable), a
+	// shared store that could not take it, or one that lost it (a Redis wiped or restarted
+	// without persistence: the events this node queued there and had not seen done).
 	Dropped uint64
 	// DroppedBatches counts batches given up on after they were claimed for delivery:
-	// RetryFor exhausted, or dropped at shutdown (memory store). Each is logged with its
-	// event types.
+	// RetryFor exhausted, or dropped at shutdown (memory store), each logged with its event
+	// types; and, per outbox, what a shared store lost (each loss logged with its count).
 	DroppedBatches uint64
 	// Pending is the number of events queued or in flight (the outbox size). With a
 	// shared store it is the cluster's total as of the last poll, plus what this node has
@@ -184,7 +184,6 @@ type Dispatcher struct {
 	countDebounce time.Duration
 	lease         time.Duration
 	poll          time.Duration
-	nodeTTL       time.Duration
 	log           *slog.Logger
 	now           func() time.Time
 
@@ -239,7 +238,6 @@ func New(opts Options) *Dispatcher {
 		countDebounce: opts.CountDebounce,
 		lease:         opts.Lease,
 		poll:          opts.Poll,
-		nodeTTL:       opts.NodeTTL,
 		log:           opts.Logger,
 		now:           opts.Now,
 		routes:        map[string]*appRoutes{},
@@ -288,7 +286,6 @@ func New(opts Options) *Dispatcher {
 	d.countDebounce = orDefault(d.countDebounce, DefaultCountDebounce)
 	d.lease = orDefault(d.lease, DefaultLease)
 	d.poll = orDefault(d.poll, DefaultPoll)
-	d.nodeTTL = orDefault(d.nodeTTL, DefaultNodeTTL)
 	if d.now == nil {
 		d.now = time.Now
 	}

@@ -230,7 +230,6 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		// The outbox and the occupancy/hold decisions are cluster-wide (webhooks.RedisStore).
 		hookOpts.Store, hookOpts.NodeID = cl.webhookStore(), cl.node
 		// A dead node's channels are vacated within the same node_timeout as its presence.
-		hookOpts.NodeTTL = time.Duration(cfg.Scaling.NodeTimeout) * time.Second
 	}
 	hooks := webhooks.New(hookOpts)
 	hooks.SetApps(cfg.Apps)

@@ -48,7 +48,7 @@ var (
 	descWebhookOutbox = prometheus.NewDesc("reverbgo_webhook_outbox_size",
 		"Webhook events queued or in flight (with scaling.enabled: the cluster's shared outbox as last polled, plus what this node has not handed over yet).", nil, nil)
 	descWebhookDroppedBatches = prometheus.NewDesc("reverbgo_webhook_batches_dropped_total",
-		"Webhook batches given up on after delivery began: retry_for passed without a 2xx, or dropped at shutdown (each is logged with its event types).", nil, nil)
+		"Webhook batches given up on after delivery began: retry_for passed without a 2xx, or dropped at shutdown (each is logged with its event types); and one per outbox whose events Redis lost (wiped, or restarted without persistence), the events counted in deliveries_total{result=\"dropped\"}.", nil, nil)
 )
 
 type webhookCollector struct{ w webhookStats }

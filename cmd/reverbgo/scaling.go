@@ -41,12 +41,10 @@ type cluster struct {
 	// presence.Start.
 	gone func(app, channel, user string)
 	back func(app, channel, socketID string, m channels.Member)
-	// gap is set to the pusher server's PresenceTrouble before the broker delivers: a
-	// subscription connection that may have missed member events makes the node reconcile.
-	gap atomic.Pointer[func()]
-	// verify is the presence store's VerifySoon, set in start (onGap runs on the broker's
-	// goroutines from the broker's creation on).
-	verify atomic.Pointer[func()]
+	// gap is set before the broker delivers: a subscription connection that may have missed
+	// events makes the node reconcile presence (the pusher server's PresenceTrouble) and,
+	// once it is confirmed again, replay cache channels' last events (Registry.CacheGap).
+	gap atomic.Pointer[func(cause string, restored bool)]
 }
 
 // clusterView is the pusher server's cluster-wide read side: counts, channel lists and
@@ -194,10 +192,14 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	c.gone = srv.MemberGone
 	c.back = srv.MemberBack
-	trouble := srv.PresenceTrouble
-	c.gap.Store(&trouble)
-	verify := c.presence.VerifySoon
-	c.verify.Store(&verify)
+	gap := func(cause string, restored bool) {
+		srv.PresenceTrouble()
+		reg.CacheGap(cause, restored)
+		if restored {
+			c.presence.VerifySoon()
+		}
+	}
+	c.gap.Store(&gap)
 	c.occ.SetConnections(func() map[string]int64 {
 		out := make(map[string]int64, len(c.apps))
 		for _, app := range c.apps {
@@ -220,7 +222,8 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 
 // onGap hears the broker's subscription connections lose and regain what Redis delivers: a
 // member event published meanwhile never reached this node, so presence reconciles (the
-// reconcile waits two quiet intervals after the last trouble by itself).
+// reconcile waits two quiet intervals after the last trouble by itself), and a cache
+// channel's last event may be missing, so it is replayed once the connection is back.
 //
 // Once restored, the node's presence store also compares its memberships with Redis entry by
 // entry at the next heartbeat: whatever changed what Redis delivers (a failover, a moved
@@ -228,24 +231,15 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 // leave and a lost join together leaving the counts equal (RedisPresence.VerifySoon).
 func (c *cluster) onGap(cause string, restored bool) {
 	if f := c.gap.Load(); f != nil {
-		(*f)()
-	}
-	if restored {
-		if f := c.verify.Load(); f != nil {
-			(*f)()
-		}
+		(*f)(cause, restored)
 	}
 }
 
-// webhookStore is the webhooks' cluster store, its dead nodes reaped by the node registry
-// (the same node_timeout as presence and occupancy); call it before start.
+// webhookStore is the webhooks' cluster store, registered with the node registry (which
+// reaps its dead nodes, with the same node_timeout as presence and occupancy); call it
+// before start.
 func (c *cluster) webhookStore() *webhooks.RedisStore {
-	s := webhooks.NewRedisStore(c.rdb, c.prefix, c.node)
-	s.UseNodeRegistry()
-	c.nodes.Track(channels.NodeState{Reap: func(ctx context.Context, node string, _ time.Time) error {
-		return s.ReapNode(ctx, node, time.Now())
-	}})
-	return s
+	return webhooks.NewRedisStore(c.rdb, c.prefix, c.nodes)
 }
 
 // health is /up's dependency check: the subscription must be live and Redis must answer.

@@ -13,12 +13,18 @@ import (
 //go:embed lua/*.lua
 var lua embed.FS
 
-// Script returns the embedded script name (without .lua). A missing name is a programming
-// error: it panics when the package that names it is initialised.
-func Script(name string) *redis.Script {
-	src, err := lua.ReadFile("lua/" + name + ".lua")
-	if err != nil {
-		panic("redisx: no script " + name)
+// Script returns the embedded script made of the files names (without .lua), in order: a
+// library of functions several scripts share comes first (e.g. webhooks_push, then the
+// script that calls it). A missing name is a programming error: it panics when the package
+// that names it is initialised.
+func Script(names ...string) *redis.Script {
+	var src []byte
+	for _, name := range names {
+		b, err := lua.ReadFile("lua/" + name + ".lua")
+		if err != nil {
+			panic("redisx: no script " + name)
+		}
+		src = append(append(src, b...), '\n')
 	}
 	return redis.NewScript(string(src))
 }

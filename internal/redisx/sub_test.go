@@ -2,8 +2,12 @@ package redisx_test
 
 import (
 	"context"
-	"strconv"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,14 +16,17 @@ import (
 
 	"github.com/reverbgo/reverbgo/internal/redisx"
 	"github.com/reverbgo/reverbgo/internal/testenv"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
-// TestARemakeLosesNothingOfALiveConnection: a re-make of a connection that was alive after
-// all (a probe answered late on a loaded node: the cluster soak lost 16 deliveries to one)
-// makes the new subscription before it lets go of the old one, so every message published
-// meanwhile arrives (some twice: the owner drops repeats). Breaking first lost every message
-// published between the close and the new SUBSCRIBE.
-func TestARemakeLosesNothingOfALiveConnection(t *testing.T) {
+// TestAHalfFailedBatchLeavesNoDeadSubscription (issue 24): a batch that subscribes many
+// channels (several SUBSCRIBE commands, more bytes than the sockets buffer) and unsubscribes
+// one is cut by the proxy after its first SUBSCRIBE reached Redis, so the client's writes
+// fail in the middle of the subscribes, before the UNSUBSCRIBE was sent. The Sub re-makes
+// the connection from its owner's set (Want), never from go-redis's own list (which still
+// holds the unsubscribed channel there): afterwards Redis has exactly the anchor and the
+// wanted channels, and no subscription of the unwanted one is left anywhere.
+func TestAHalfFailedBatchLeavesNoDeadSubscription(t *testing.T) {
 	u := testenv.RedisURL(t)
 	if u == "" {
 		t.Skip("REVERBGO_TEST_REDIS_URL not set")
@@ -28,77 +35,86 @@ func TestARemakeLosesNothingOfALiveConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(opt)
-	c := redisx.New(rdb, nil, nil)
-	t.Cleanup(func() { c.CloseSubs(); _ = rdb.Close() })
-	ch := "test:" + uuid.NewString()
+	proxy := testutil.NewProxy(t, opt.Addr)
+	popt := *opt
+	popt.Addr, popt.ContextTimeoutEnabled = proxy.Addr(), true
+	c := redisx.New(redis.NewClient(&popt), nil, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = c.Close() })
+	direct := redis.NewClient(opt)
+	t.Cleanup(func() { _ = direct.Close() })
+
+	prefix := "test:" + uuid.NewString()[:8] + ":"
+	anchor, keep, gone := prefix+"anchor", prefix+"keep", prefix+"gone"
 	var mu sync.Mutex
-	got := map[int]bool{}
-	s := c.NewSub(redisx.SubOptions{Name: "t", Anchor: ch + ":anchor", ProbeEvery: -1,
-		Want: func() []string { return []string{ch} },
-		OnMessage: func(_, p string) {
-			n, _ := strconv.Atoi(p)
+	want := map[string]bool{keep: true, gone: true}
+	var confirmed atomic.Uint64
+	s := c.NewSub(redisx.SubOptions{
+		Name: "test", Anchor: anchor, ProbeEvery: -1,
+		Want: func() []string {
 			mu.Lock()
-			got[n] = true
-			mu.Unlock()
-		}})
-	defer s.Close()
-	waitUp := func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for !s.Up() {
-			if time.Now().After(deadline) {
-				t.Fatalf("the subscription never came up (down %v, batches %d)", s.Down(), s.Batches())
+			defer mu.Unlock()
+			out := make([]string, 0, len(want))
+			for ch := range want {
+				out = append(out, ch)
 			}
-			time.Sleep(time.Millisecond)
+			return out
+		},
+		OnConfirm: func(gen uint64) { confirmed.Store(gen) },
+	})
+	t.Cleanup(s.Close)
+	subscribed := func() []string {
+		chs, err := direct.PubSubChannels(context.Background(), prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
 		}
+		slices.Sort(chs)
+		return chs
 	}
-	waitUp()
-	ctx := context.Background()
-	stop := make(chan struct{})
-	published := make(chan int)
-	go func() {
-		n := 0
-		defer func() { published <- n }()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if rdb.Publish(ctx, ch, strconv.Itoa(n)).Err() == nil {
-				n++
-			}
-		}
-	}()
-	for range 20 {
-		s.Remake(redisx.CauseProbe)
-		time.Sleep(5 * time.Millisecond) // the re-make is under way
-		waitUp()
-	}
-	close(stop)
-	n := <-published
-	if err := rdb.Publish(ctx, ch, "-1").Err(); err != nil { // a last one, to know all arrived
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		done := got[-1]
-		mu.Unlock()
-		if done || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	testutil.WaitFor(t, "the first set subscribed", func() bool {
+		return s.Up() && slices.Equal(subscribed(), []string{anchor, gone, keep})
+	})
+
+	// 10,000 channels of 1 KiB: ten SUBSCRIBE commands, far more than the socket buffers
+	// hold, so the client is still writing subscribes when the cut comes.
+	added := make([]string, 10000)
+	pad := strings.Repeat("x", 1000)
+	for i := range added {
+		added[i] = fmt.Sprintf("%sadd:%05d:%s", prefix, i, pad)
 	}
 	mu.Lock()
-	defer mu.Unlock()
-	var lost []int
-	for i := range n {
-		if !got[i] {
-			lost = append(lost, i)
-		}
+	delete(want, gone)
+	for _, ch := range added {
+		want[ch] = true
 	}
-	if len(lost) > 0 {
-		t.Fatalf("%d of %d messages published during 20 re-makes were lost (first: %v)", len(lost), n, lost[:min(len(lost), 5)])
+	mu.Unlock()
+	if n := proxy.CutBefore(testutil.IsSubscriber, []byte("\r\n$9\r\nsubscribe\r\n"), 2); n == 0 {
+		t.Fatal("no subscription connection went through the proxy")
+	}
+	before := c.Resubscribes(redisx.CauseStall) + c.Resubscribes(redisx.CauseReconnect)
+	gen := s.Change(added, []string{gone})
+
+	wanted := append([]string{anchor, keep}, added...)
+	slices.Sort(wanted)
+	var last []string
+	defer func() {
+		if t.Failed() {
+			_, dead := slices.BinarySearch(last, gone)
+			t.Logf("last seen: %d channels subscribed (want %d), the unwanted one among them: %v; confirmed gen %d (batch %d)",
+				len(last), len(wanted), dead, confirmed.Load(), gen)
+		}
+	}()
+	testutil.WaitForWithin(t, 10*time.Second, "only the wanted channels subscribed after the re-make", func() bool {
+		last = subscribed()
+		return confirmed.Load() > gen && slices.Equal(last, wanted)
+	})
+	if n := c.Resubscribes(redisx.CauseStall) + c.Resubscribes(redisx.CauseReconnect); n == before {
+		t.Fatal("the batch did not fail: nothing was re-made")
+	}
+	res, err := direct.PubSubNumSub(context.Background(), gone, keep, added[0], added[len(added)-1]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[gone] != 0 || res[keep] != 1 || res[added[0]] != 1 || res[added[len(added)-1]] != 1 {
+		t.Fatalf("PUBSUB NUMSUB = %v: want the unwanted channel on no connection, the wanted ones on one", res)
 	}
 }

@@ -11,8 +11,9 @@ import (
 // Proxy is a TCP proxy on 127.0.0.1 in front of a real server (Redis), for faults no
 // real server makes on demand: commands injected into a client's connection as if the
 // client had sent them (a server-sent unsubscribe is Redis answering an UNSUBSCRIBE the
-// client never sent), and connections that silently stop delivering (a subscription left on
-// a demoted master answers nothing the cluster publishes).
+// client never sent), connections that silently stop delivering (a subscription left on
+// a demoted master answers nothing the cluster publishes), and connections cut in the
+// middle of what the client is sending (a batch that failed half way).
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -26,6 +27,10 @@ type proxyConn struct {
 	mu             sync.Mutex
 	sent           bytes.Buffer // what the client sent first (up to 4 KiB), to tell kinds apart
 	deaf           bool         // server → client bytes are dropped
+	// cutAt, cutLeft and tail arm a cut (CutBefore): before the cutLeft-th marker from now.
+	cutAt   []byte
+	cutLeft int
+	tail    []byte // the last bytes seen, for a marker split across reads
 }
 
 // NewProxy listens on a free loopback port and forwards every connection to target. It is
@@ -85,8 +90,15 @@ func (c *proxyConn) up() {
 			if c.sent.Len() < 4<<10 {
 				c.sent.Write(buf[:n])
 			}
-			_, werr := c.server.Write(buf[:n])
+			data, cut := c.cut(buf[:n])
+			_, werr := c.server.Write(data)
 			c.mu.Unlock()
+			if cut {
+				// The server loses the connection; the client learns it from down(), which
+				// closes its side with what it sent unread (a reset: its writes fail).
+				_ = c.server.Close()
+				return
+			}
 			if werr != nil {
 				err = werr
 			}
@@ -96,6 +108,42 @@ func (c *proxyConn) up() {
 			return
 		}
 	}
+}
+
+// cut returns the part of data to forward and whether an armed cut falls in it.
+func (c *proxyConn) cut(data []byte) ([]byte, bool) {
+	if c.cutLeft == 0 {
+		return data, false
+	}
+	joined := append(append([]byte(nil), c.tail...), data...)
+	from := 0
+	for {
+		i := bytes.Index(joined[from:], c.cutAt)
+		if i < 0 {
+			break
+		}
+		i += from
+		if c.cutLeft--; c.cutLeft == 0 {
+			return data[:max(i-len(c.tail), 0)], true
+		}
+		from = i + len(c.cutAt)
+	}
+	c.tail = append(c.tail[:0], joined[max(from, len(joined)-len(c.cutAt)+1):]...)
+	return data, false
+}
+
+// CutBefore arms every connection open now whose first bytes match: the n-th time from now
+// that the client's stream holds marker, the proxy forwards only what came before it, stops
+// reading from the client and closes both sides, the client's with what it sent unread (so
+// a write of the client under way or later fails). It returns how many it armed.
+func (p *Proxy) CutBefore(match func(first []byte) bool, marker []byte, n int) int {
+	cs := p.matching(match)
+	for _, c := range cs {
+		c.mu.Lock()
+		c.cutAt, c.cutLeft, c.tail = marker, n, nil
+		c.mu.Unlock()
+	}
+	return len(cs)
 }
 
 func (c *proxyConn) down() {

@@ -15,11 +15,21 @@ import (
 	"github.com/reverbgo/reverbgo/webhooks"
 )
 
-// NewStores returns n stores that are n nodes of one cluster (one shared backend), fresh
-// for the test, and elapse, which lets d pass for the backend's expiries (a sleep, or
-// miniredis's FastForward plus a sleep for the process's own clock). A store that cannot
-// be shared returns only one, whatever n is.
-type NewStores func(t *testing.T, n int) (stores []webhooks.Store, elapse func(time.Duration))
+// NewStores returns n nodes of one cluster (one shared backend), fresh for the test. A store
+// that cannot be shared returns only one, whatever n is.
+type NewStores func(t *testing.T, n int) Nodes
+
+// Nodes are the stores of a cluster's nodes, each registered with its node's registry (a
+// channels.NodeRegistry, as cmd/reverbgo does).
+type Nodes struct {
+	Stores []webhooks.Store
+	// Elapse lets d pass for the backend's expiries (a sleep, or miniredis's FastForward
+	// plus a sleep for the process's own clock).
+	Elapse func(time.Duration)
+	// Kill makes node i dead: it heartbeats no more, and returns once the other nodes'
+	// registries reaped it (nil for a store that is not shared).
+	Kill func(t *testing.T, i int)
+}
 
 // elapse is the current case's; cases run sequentially.
 var elapse func(time.Duration)
@@ -29,7 +39,7 @@ func Run(t *testing.T, newStores NewStores) {
 	cases := []struct {
 		name  string
 		nodes int
-		f     func(*testing.T, []webhooks.Store)
+		f     func(*testing.T, Nodes)
 	}{
 		{"ClaimAckOrder", 1, claimAckOrder},
 		{"PushLimitDropsOldestQueued", 1, pushLimit},
@@ -50,12 +60,12 @@ func Run(t *testing.T, newStores NewStores) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			stores, el := newStores(t, c.nodes)
-			elapse = el
-			if len(stores) < c.nodes {
+			nodes := newStores(t, c.nodes)
+			elapse = nodes.Elapse
+			if len(nodes.Stores) < c.nodes {
 				t.Skipf("needs %d nodes of one shared store", c.nodes)
 			}
-			c.f(t, stores)
+			c.f(t, nodes)
 		})
 	}
 }
@@ -140,7 +150,8 @@ func fire(t *testing.T, s webhooks.Store, h webhooks.Hold, now time.Time, o webh
 	return ok
 }
 
-func claimAckOrder(t *testing.T, s []webhooks.Store) {
+func claimAckOrder(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	push(t, st, "k", "0", "1", "2", "3", "4")
 	if n := size(t, st, "k"); n != 5 {
@@ -161,7 +172,8 @@ func claimAckOrder(t *testing.T, s []webhooks.Store) {
 	}
 }
 
-func pushLimit(t *testing.T, s []webhooks.Store) {
+func pushLimit(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	push(t, st, "k", "0")
 	wantClaim(t, st, "k", "a", 1, "0") // in flight: never trimmed
@@ -181,7 +193,8 @@ func pushLimit(t *testing.T, s []webhooks.Store) {
 	wantClaim(t, st, "k2", "a", 10, "4", "5", "6")
 }
 
-func leaseExclusive(t *testing.T, s []webhooks.Store) {
+func leaseExclusive(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	push(t, st, "k", "0", "1")
 	wantClaim(t, st, "k", "a", 1, "0")
@@ -208,7 +221,8 @@ func leaseExclusive(t *testing.T, s []webhooks.Store) {
 	wantClaim(t, st, "k", "b", 1, "1")
 }
 
-func leaseTakeover(t *testing.T, s []webhooks.Store) {
+func leaseTakeover(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	push(t, st, "k", "0", "1")
 	first := time.UnixMilli(1_700_000_000_000)
@@ -235,7 +249,8 @@ func leaseTakeover(t *testing.T, s []webhooks.Store) {
 	}
 }
 
-func emptyClaimReleases(t *testing.T, s []webhooks.Store) {
+func emptyClaimReleases(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	push(t, st, "k", "0")
 	wantClaim(t, st, "k", "a", 1, "0")
@@ -245,7 +260,8 @@ func emptyClaimReleases(t *testing.T, s []webhooks.Store) {
 	wantClaim(t, st, "k", "b", 1, "1")
 }
 
-func occupyVacateFire(t *testing.T, s []webhooks.Store) {
+func occupyVacateFire(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	now := time.Now()
 	if ok, err := st.Occupy(ctx, app, "c", out("occ", "k")); err != nil || !ok {
@@ -277,7 +293,8 @@ func occupyVacateFire(t *testing.T, s []webhooks.Store) {
 	wantClaim(t, st, "k", "a", 10, "occ", "vac")
 }
 
-func reoccupyCancels(t *testing.T, s []webhooks.Store) {
+func reoccupyCancels(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	now := time.Now()
 	mustOccupy(t, st, "c", true)
@@ -299,7 +316,8 @@ func mustOccupy(t *testing.T, st webhooks.Store, ch string, want bool) {
 	}
 }
 
-func rejoinCancels(t *testing.T, s []webhooks.Store) {
+func rejoinCancels(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	now := time.Now()
 	if ok, _ := st.MemberAdd(ctx, app, "presence-c", "u1", out("add", "k")); !ok {
@@ -321,7 +339,8 @@ func rejoinCancels(t *testing.T, s []webhooks.Store) {
 	}
 }
 
-func cacheMissOnce(t *testing.T, s []webhooks.Store) {
+func cacheMissOnce(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	now := time.Now()
 	mustOccupy(t, st, "cache-c", true)
@@ -348,7 +367,8 @@ func cacheMissOnce(t *testing.T, s []webhooks.Store) {
 	wantClaim(t, st, "k", "a", 10, "occ", "miss", "occ", "miss")
 }
 
-func countDebounce(t *testing.T, s []webhooks.Store) {
+func countDebounce(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	now := time.Now()
 	for i := range 5 {
@@ -372,7 +392,8 @@ func countDebounce(t *testing.T, s []webhooks.Store) {
 	}
 }
 
-func fireNotBeforeDue(t *testing.T, s []webhooks.Store) {
+func fireNotBeforeDue(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	now := time.Now()
 	h := webhooks.Hold{Kind: webhooks.HoldRemoved, App: app, Channel: "presence-c", User: "u"}
@@ -391,7 +412,8 @@ func fireNotBeforeDue(t *testing.T, s []webhooks.Store) {
 	}
 }
 
-func isolation(t *testing.T, s []webhooks.Store) {
+func isolation(t *testing.T, c Nodes) {
+	s := c.Stores
 	st := s[0]
 	mustOccupy(t, st, "c", true)
 	if ok, _ := st.Occupy(ctx, "app2", "c", out("occ2", "k")); !ok {
@@ -402,7 +424,8 @@ func isolation(t *testing.T, s []webhooks.Store) {
 	wantClaim(t, st, "k2", "a", 10, "x")
 }
 
-func occupancyClusterWide(t *testing.T, s []webhooks.Store) {
+func occupancyClusterWide(t *testing.T, c Nodes) {
+	s := c.Stores
 	a, b := s[0], s[1]
 	now := time.Now()
 	mustOccupy(t, a, "c", true)
@@ -417,7 +440,8 @@ func occupancyClusterWide(t *testing.T, s []webhooks.Store) {
 	}
 }
 
-func holdAcrossNodes(t *testing.T, s []webhooks.Store) {
+func holdAcrossNodes(t *testing.T, c Nodes) {
+	s := c.Stores
 	a, b := s[0], s[1]
 	now := time.Now()
 	mustOccupy(t, a, "presence-c", true)
@@ -435,43 +459,32 @@ func holdAcrossNodes(t *testing.T, s []webhooks.Store) {
 	wantClaim(t, b, "k", "a", 10, "occ", "add")
 }
 
-func deadNodeReaped(t *testing.T, s []webhooks.Store) {
-	a, b := s[0], s[1]
-	now := time.Now()
-	ttl := 10 * time.Second
-	if err := a.Maintain(ctx, now, ttl); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Maintain(ctx, now, ttl); err != nil {
-		t.Fatal(err)
-	}
+func deadNodeReaped(t *testing.T, c Nodes) {
+	a, b := c.Stores[0], c.Stores[1]
 	mustOccupy(t, a, "only-a", true)
 	mustOccupy(t, a, "both", true)
 	mustOccupy(t, b, "both", false)
-	// Node a stops heartbeating; b, ttl later, removes what a had.
-	later := now.Add(ttl + time.Second)
-	if err := b.Maintain(ctx, later, ttl); err != nil {
-		t.Fatal(err)
-	}
-	hs := due(t, b, later)
+	// Node a stops heartbeating; b's registry reaps it: what only a had is vacated.
+	c.Kill(t, 0)
+	now := time.Now()
+	hs := due(t, b, now)
 	want := webhooks.Hold{Kind: webhooks.HoldVacated, App: app, Channel: "only-a"}
 	if len(hs) != 1 || hs[0] != want {
 		t.Fatalf("Due after reaping = %v, want [%v]", hs, want)
 	}
 	// Reaping again finds nothing more; "both" still counts node b.
-	if err := b.Maintain(ctx, later.Add(time.Second), ttl); err != nil {
-		t.Fatal(err)
-	}
-	if hs := due(t, b, later.Add(time.Second)); len(hs) != 1 {
+	c.Kill(t, 0)
+	if hs := due(t, b, now.Add(time.Second)); len(hs) != 1 {
 		t.Fatalf("a second reap added holds: %v", hs)
 	}
-	_ = b.Vacate(ctx, app, "both", later)
-	if hs := due(t, b, later.Add(time.Second)); len(hs) != 2 {
+	_ = b.Vacate(ctx, app, "both", now)
+	if hs := due(t, b, now.Add(time.Second)); len(hs) != 2 {
 		t.Fatalf("Due = %v, want both channels vacated", hs)
 	}
 }
 
-func oneFire(t *testing.T, s []webhooks.Store) {
+func oneFire(t *testing.T, c Nodes) {
+	s := c.Stores
 	a, b := s[0], s[1]
 	now := time.Now()
 	_ = a.MemberRemove(ctx, app, "presence-c", "u", now)
