@@ -177,3 +177,27 @@ func Slot(key string) int {
 func (k *KeySpace) HistoryKeys(app, ch string) (serial, epoch, list string) {
 	return k.ChannelKey("hs", app, ch), k.ChannelKey("he", app, ch), k.ChannelKey("hl", app, ch)
 }
+
+// The node liveness the spread layout keeps per bucket (nodes_gate.go): presence scripts of
+// a channel in bucket b check b's gates instead of the node set, which lives in another slot.
+
+// NodeSetKey is the node set (node -> last heartbeat ms), in the node-level slot.
+func (k *KeySpace) NodeSetKey() string { return k.node + "nodes" }
+
+// EpochKeys are the node-level epoch counter and the hash node -> the epoch of its current
+// registration (spread layout only).
+func (k *KeySpace) EpochKeys() (counter, epochs string) { return k.node + "epoch", k.node + "epochs" }
+
+// GateKeys are bucket b's gates (hash node -> the epoch its gate is open for; absent =
+// closed) and its floor (no gate opens for an epoch at or below it: the epochs reaped).
+func (k *KeySpace) GateKeys(b int) (gates, floor string) {
+	return k.buckets[b] + "gates", k.buckets[b] + "gatefloor"
+}
+
+// SocketBucket is the bucket of a socket's per-node entries (the bridge's socket index).
+func (k *KeySpace) SocketBucket(socketID string) int {
+	if !k.spread {
+		return 0
+	}
+	return BucketOf(socketID)
+}
