@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // ClusterNodes is the node membership a RedisSocketIndex rides on (channels.RedisNodes, or
@@ -137,27 +139,20 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 	return "", nil, false, nil
 }
 
-// Resync rewrites this node's hashes from memory (after Redis lost them), in one transaction
-// per slot (go-redis splits a Cluster's by slot), so a reader never sees a bucket's hash
-// between its DEL and its HSET.
+// Resync rewrites this node's hashes from memory (after Redis lost them), each atomically
+// (a reader never sees a bucket's hash between its DEL and its HSET), in one pipeline.
 func (x *RedisSocketIndex) Resync(ctx context.Context) error {
 	self := x.nodes.NodeID()
-	byBucket := map[int]map[string]any{}
-	for id, v := range x.local.encoded() {
-		b := x.nodes.SocketBucket(id)
-		if byBucket[b] == nil {
-			byBucket[b] = map[string]any{}
-		}
-		byBucket[b][id] = v
-	}
-	pipe := x.rdb.TxPipeline()
+	hashes := make(map[string]map[string]string, x.nodes.Buckets())
 	for b := range x.nodes.Buckets() {
-		pipe.Del(ctx, x.key(self, b))
-		if len(byBucket[b]) > 0 {
-			pipe.HSet(ctx, x.key(self, b), byBucket[b])
-			pipe.PExpire(ctx, x.key(self, b), x.nodes.NodeKeyTTL())
-		}
+		hashes[x.key(self, b)] = nil // deleted unless it has entries
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	for id, v := range x.local.encoded() {
+		key := x.keyOf(self, id)
+		if hashes[key] == nil {
+			hashes[key] = map[string]string{}
+		}
+		hashes[key][id] = v.(string)
+	}
+	return redisx.ReplaceHashes(ctx, x.rdb, hashes, x.nodes.NodeKeyTTL())
 }

@@ -54,6 +54,9 @@ var (
 	gateDropScript  = redisx.Script("channels_gate_drop")
 )
 
+// The gate scripts run in pipelines, one per bucket, where go-redis does not fall back from
+// EVALSHA to EVAL: they are sent whole (rare: a new epoch, a reap).
+
 // errGateRefused: a bucket's floor refused this node's epoch (it was reaped at that epoch).
 var errGateRefused = errors.New("channels: gate refused the node's epoch")
 
@@ -162,7 +165,7 @@ func (r *RedisNodes) openGates(ctx context.Context, epoch int64, all bool) error
 	cmds := make([]*redis.Cmd, len(want))
 	for i, b := range want {
 		gates, floor := r.keys.GateKeys(b)
-		cmds[i] = gateOpenScript.Run(ctx, pipe, []string{gates, floor}, r.node, epoch)
+		cmds[i] = gateOpenScript.Eval(ctx, pipe, []string{gates, floor}, r.node, epoch)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
@@ -219,7 +222,7 @@ func (r *RedisNodes) gatedMark(ctx context.Context, node string, cutoff time.Tim
 	pipe := r.rdb.Pipeline()
 	for b := range r.Buckets() {
 		gates, fl := r.keys.GateKeys(b)
-		gateCloseScript.Run(ctx, pipe, []string{gates, fl}, node, upTo, floor)
+		gateCloseScript.Eval(ctx, pipe, []string{gates, fl}, node, upTo, floor)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, err
@@ -253,7 +256,7 @@ func (r *RedisNodes) gatedUnlist(ctx context.Context, node string, keys []string
 		for _, s := range suffixes {
 			ks = append(ks, r.NodeBucketKey(node, s, b))
 		}
-		cmds[b] = gateDropScript.Run(ctx, pipe, ks, node, epoch)
+		cmds[b] = gateDropScript.Eval(ctx, pipe, ks, node, epoch)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // Occupancy hears about every local subscription change; the Registry calls it after the
@@ -281,32 +283,28 @@ func (o *RedisOccupancy) flush() {
 func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	o.mu.Lock()
 	snap := make(map[string]int64, len(o.counts))
-	counts := map[int]map[string]any{} // bucket -> fields
+	hashes := make(map[string]map[string]string, o.n.Buckets())
+	for b := range o.n.Buckets() {
+		hashes[o.subsKey(o.n.node, b)] = nil // deleted unless it has counts
+	}
 	for f, n := range o.counts {
 		snap[f] = n
-		b := o.bucket(f)
-		if counts[b] == nil {
-			counts[b] = map[string]any{}
+		key := o.subsKey(o.n.node, o.bucket(f))
+		if hashes[key] == nil {
+			hashes[key] = map[string]string{}
 		}
-		counts[b][f] = n
+		hashes[key][f] = strconv.FormatInt(n, 10)
 	}
 	o.pending = map[string]struct{}{}
 	o.wrote = nil // the next flush writes every connection count again
 	o.gen++
 	o.mu.Unlock()
-	// One transaction per slot (go-redis splits a Cluster's by slot): a reader never sees a
-	// bucket's hash between its DEL and its HSET.
-	pipe := o.n.rdb.TxPipeline()
-	pipe.Del(ctx, o.connsKey(o.n.node))
-	for b := range o.n.Buckets() {
-		key := o.subsKey(o.n.node, b)
-		pipe.Del(ctx, key)
-		if len(counts[b]) > 0 {
-			pipe.HSet(ctx, key, counts[b])
-			pipe.PExpire(ctx, key, o.n.keyTTL())
-		}
+	// Each hash is replaced atomically (a reader never sees it between DEL and HSET), all in
+	// one pipeline.
+	err := o.n.rdb.Del(ctx, o.connsKey(o.n.node)).Err()
+	if err == nil {
+		err = redisx.ReplaceHashes(ctx, o.n.rdb, hashes, o.n.keyTTL())
 	}
-	_, err := pipe.Exec(ctx)
 	// The DEL removed every field not in snap: those written meanwhile are settled too.
 	o.mu.Lock()
 	for f := range o.counts {

@@ -32,8 +32,9 @@ type RedisPresenceOptions struct {
 	// prefix is the store's); nil makes the store its own, from Prefix, NodeID and
 	// NodeTimeout, started and closed with it.
 	Nodes  *RedisNodes
-	Prefix string // key prefix (default DefaultRedisPrefix)
-	NodeID string // this node (default NewNodeID()); use the broker's
+	Prefix string    // key prefix (default DefaultRedisPrefix); ignored when Keys is set
+	Keys   *KeySpace // the key layout of a registry the store makes (RedisNodesOptions.Keys)
+	NodeID string    // this node (default NewNodeID()); use the broker's
 	// NodeTimeout bounds how long a dead node's state outlives it (default
 	// DefaultNodeTimeout): nodes heartbeat every NodeTimeout/10 and a node silent for
 	// 8/10 of it is dead, so a survivor's next heartbeat reaps it within NodeTimeout.
@@ -103,7 +104,7 @@ var _ PresenceStore = (*RedisPresence)(nil)
 func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *RedisPresence {
 	own := opts.Nodes == nil
 	if own {
-		opts.Nodes = NewRedisNodes(rdb, RedisNodesOptions{Prefix: opts.Prefix, NodeID: opts.NodeID, NodeTimeout: opts.NodeTimeout, Logger: opts.Logger})
+		opts.Nodes = NewRedisNodes(rdb, RedisNodesOptions{Prefix: opts.Prefix, Keys: opts.Keys, NodeID: opts.NodeID, NodeTimeout: opts.NodeTimeout, Logger: opts.Logger})
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
