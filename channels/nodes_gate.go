@@ -211,6 +211,11 @@ func (r *RedisNodes) gatedMark(ctx context.Context, node string, cutoff time.Tim
 	_, epochs := r.keys.EpochKeys()
 	res, err := gmarkScript.Run(ctx, r.rdb, []string{r.key(), epochs}, node, cutoff.UnixMilli(), reapingMark).Int64Slice()
 	if err != nil || res[0] == 0 {
+		if err == nil { // it came back: a mark of an earlier reap is stale
+			r.gate.mu.Lock()
+			delete(r.gate.reaping, node)
+			r.gate.mu.Unlock()
+		}
 		return false, err
 	}
 	epoch := res[1]
