@@ -14,10 +14,11 @@ import (
 // pub/sub channel and its cache key under the tag of the channel's bucket: KeyBuckets tags
 // chosen so that their hash slots sit evenly over the 16384 slots, which on a Cluster whose
 // masters own slot ranges spreads the publishes evenly over the masters (and a node needs one
-// shard-subscription connection per bucket, not per master it happens to reach). Presence,
-// counts, the socket index and every node-level key keep the node-level tag in both: the
-// node registry's scripts check the node set together with a channel's presence hashes.
-// NodeBucketKey names per-node keys of a bucket for state that could move there.
+// shard-subscription connection per bucket, not per master it happens to reach). In the
+// spread layout presence hashes, each node's membership set and count hash of a bucket
+// (NodeBucketKey) and the socket index (SocketBucket) move to the buckets too, and each
+// bucket keeps its copy of the node liveness the presence scripts check (GateKeys,
+// nodes_gate.go); the node set, heartbeats and epochs keep the node-level tag.
 
 // KeyBuckets is the number of slot buckets channels are spread over (spread layout).
 const KeyBuckets = 64

@@ -1,6 +1,6 @@
 'use strict';
 // Interest routing (scaling.routing: interest, the default), black-box: three built binaries
-// on standalone Redis and on a three-master Redis Cluster, driven with pusher-js and the
+// on standalone Redis, on Sentinel and on a three-master Redis Cluster, driven with pusher-js and the
 // `pusher` SDK. A node with no subscriber of a channel receives none of its publishes
 // (reverbgo_cluster_messages_received_total and Redis PUBSUB say so); a client that got
 // subscription_succeeded gets the events published afterwards through another node, under
@@ -35,14 +35,16 @@ async function received(node) {
   return v;
 }
 
-for (const kind of ['standalone', 'cluster']) {
+for (const kind of ['standalone', 'sentinel', 'cluster']) {
   describe(`interest routing on ${kind} Redis`, { skip: !haveRedis(kind) && `${kind} Redis binaries not installed` }, () => {
     let topo;
     let nodes;
     let ports; // every Redis server of the topology (the masters, on a Cluster)
     before(async () => {
       topo = await startTopology(kind);
-      ports = kind === 'cluster' ? topo.vars.CLUSTER_ADDRS.split(',').map((a) => a.split(':')[1]) : [new URL(topo.vars.REDIS_URL).port];
+      if (kind === 'cluster') ports = topo.vars.CLUSTER_ADDRS.split(',').map((a) => a.split(':')[1]);
+      else if (kind === 'sentinel') ports = [topo.vars.MASTER_PORT];
+      else ports = [new URL(topo.vars.REDIS_URL).port];
       nodes = await startNodes(topo, 3, { apps: APPS, extra: { metrics: { enabled: true } } });
     });
     after(async () => {
