@@ -28,8 +28,10 @@ type indexBackend struct {
 	nodes    func(t *testing.T, n int) ([]indexNode, redis.UniversalClient)
 }
 
-// indexTTL is the node timeout of the Redis cases: short, so that a silent node dies fast.
-const indexTTL = 600 * time.Millisecond
+// indexTTL is the node timeout of the Redis cases: short, so that a silent node dies fast,
+// with room for a first heartbeat of the spread layout on miniredis under -race (64 gate
+// scripts, a Lua state each: ~150 ms per node).
+const indexTTL = 1500 * time.Millisecond
 
 func indexBackends(t *testing.T) []indexBackend {
 	out := []indexBackend{{"memory", 1, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {

@@ -258,7 +258,7 @@ func TestRedisOccupancy(t *testing.T) {
 		for _, l := range layouts() {
 			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
 				ks := l.keys()
-				const ttl = 600 * time.Millisecond
+				const ttl = 1500 * time.Millisecond // room for the spread layout's first heartbeats on miniredis under -race
 				var regs [2]*channels.Registry
 				var occs [2]*channels.RedisOccupancy
 				var pres [2]*channels.RedisPresence
