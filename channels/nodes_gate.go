@@ -40,7 +40,7 @@ type gate struct {
 	mu      sync.Mutex
 	open    int64            // the epoch every gate of this node was confirmed open for
 	rejoin  bool             // a rejoin whose gates failed to open: the next beat reports it
-	renew   bool             // a gate refused this node's epoch: the next beat takes a new one
+	above   int64            // a floor refused this node's epoch: the next beat takes one above it
 	beats   int              // heartbeats, for the bucket keys' TTL refresh
 	reaping map[string]int64 // node -> the epoch this reaper marked it at
 }
@@ -97,10 +97,10 @@ func (r *RedisNodes) gatedBeat(ctx context.Context, node string, now, deadBefore
 	g := &r.gate
 	for attempt := 0; ; attempt++ {
 		g.mu.Lock()
-		renew := g.renew
+		above := g.above
 		g.mu.Unlock()
 		res, err := gbeatScript.Run(ctx, r.rdb, append([]string{r.key(), counter, epochs}, keys...),
-			node, now.UnixMilli(), deadBefore.UnixMilli(), r.keyTTL().Milliseconds(), boolArg(renew)).Int64Slice()
+			node, now.UnixMilli(), deadBefore.UnixMilli(), r.keyTTL().Milliseconds(), above).Int64Slice()
 		if err != nil {
 			return false, err
 		}
@@ -108,16 +108,21 @@ func (r *RedisNodes) gatedBeat(ctx context.Context, node string, now, deadBefore
 		g.mu.Lock()
 		g.rejoin = g.rejoin || res[0] == 1
 		rejoined, opened := g.rejoin, g.open
-		g.renew = false
+		g.above = 0
 		g.beats++
 		refresh := rejoined || g.beats%10 == 0
 		g.mu.Unlock()
-		err = r.openGates(ctx, epoch, opened != epoch)
-		if errors.Is(err, errGateRefused) && attempt == 0 {
+		floor, err := r.openGates(ctx, epoch, opened != epoch)
+		if errors.Is(err, errGateRefused) {
+			// A floor is at or above the epoch (a reaper closed it, or a newer one of another
+			// node's, before this gate opened; or the counter lost increments to a failover):
+			// take a new epoch above it, now or at the next beat.
 			g.mu.Lock()
-			g.renew = true
+			g.above = floor
 			g.mu.Unlock()
-			continue
+			if attempt == 0 {
+				continue
+			}
 		}
 		if err != nil {
 			return false, err
@@ -135,8 +140,9 @@ func (r *RedisNodes) gatedBeat(ctx context.Context, node string, now, deadBefore
 }
 
 // openGates opens this node's gate of epoch in every bucket (all, or only those a check
-// finds not open for it: lost to a failover).
-func (r *RedisNodes) openGates(ctx context.Context, epoch int64, all bool) error {
+// finds not open for it: lost to a failover). errGateRefused comes with the highest floor
+// that refused it.
+func (r *RedisNodes) openGates(ctx context.Context, epoch int64, all bool) (int64, error) {
 	want := make([]int, 0, r.Buckets())
 	if all {
 		for b := range r.Buckets() {
@@ -150,7 +156,7 @@ func (r *RedisNodes) openGates(ctx context.Context, epoch int64, all bool) error
 			cmds[b] = pipe.HGet(ctx, gates, r.node)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return err
+			return 0, err
 		}
 		for b, c := range cmds {
 			if v, err := c.Int64(); err != nil || v != epoch {
@@ -159,7 +165,7 @@ func (r *RedisNodes) openGates(ctx context.Context, epoch int64, all bool) error
 		}
 	}
 	if len(want) == 0 {
-		return nil
+		return 0, nil
 	}
 	pipe := r.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(want))
@@ -168,16 +174,22 @@ func (r *RedisNodes) openGates(ctx context.Context, epoch int64, all bool) error
 		cmds[i] = gateOpenScript.Eval(ctx, pipe, []string{gates, floor}, r.node, epoch)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return err
+		return 0, err
 	}
+	var refused int64 = -1
 	for _, c := range cmds {
-		if n, err := c.Int(); err != nil {
-			return err
-		} else if n == 0 {
-			return errGateRefused
+		n, err := c.Int64()
+		if err != nil {
+			return 0, err
+		}
+		if n <= 0 && -n > refused {
+			refused = -n
 		}
 	}
-	return nil
+	if refused >= 0 {
+		return refused, errGateRefused
+	}
+	return 0, nil
 }
 
 // refreshBucketKeys sets the TTL of this node's bucket keys (3×NodeTimeout, refreshed every
@@ -277,11 +289,4 @@ func (r *RedisNodes) gatedUnlist(ctx context.Context, node string, keys []string
 	}
 	_, epochs := r.keys.EpochKeys()
 	return gunlistScript.Run(ctx, r.rdb, append([]string{r.key(), epochs}, keys...), node, reapingMark, markEpoch).Err()
-}
-
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }

@@ -54,7 +54,7 @@ func TestJoinRacingTheReaperIsRefused(t *testing.T) {
 					t.Fatalf("a join racing its node's reap: err %v, want errNodeUnknown", during)
 				}
 				if ks.Spread() {
-					lateOpen = p.nodes.openGates(ctx, epoch, true)
+					_, lateOpen = p.nodes.openGates(ctx, epoch, true)
 					if !errors.Is(lateOpen, errGateRefused) {
 						t.Fatalf("opening the gates with the reaped epoch %d: %v, want errGateRefused", epoch, lateOpen)
 					}
@@ -78,5 +78,48 @@ func TestJoinRacingTheReaperIsRefused(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLostGateReopened: a bucket's master loses this node's gate (a failover dropped the
+// write), also while that bucket's floor is above the node's epoch (a newer node was reaped
+// there, or the epoch counter itself lost increments to a failover). The node's next Join
+// there is refused, heartbeats, finds the gate missing, is refused by the floor, takes a new
+// epoch above it and reopens its gates: the Join succeeds without a restart.
+func TestLostGateReopened(t *testing.T) {
+	ctx := context.Background()
+	m := Member{UserID: "u1", Info: []byte(`{}`)}
+	for _, be := range testutil.RedisBackends(t, true) {
+		t.Run(be.Name, func(t *testing.T) {
+			rdb := be.Client(t)
+			ks := NewKeySpace("test:"+uuid.NewString(), true)
+			p := NewRedisPresence(rdb, RedisPresenceOptions{Keys: ks, NodeID: "n1"})
+			t.Cleanup(func() { _ = p.Close() })
+			if err := p.Heartbeat(ctx); err != nil {
+				t.Fatal(err)
+			}
+			epoch := p.nodes.gate.open
+			for _, c := range []struct {
+				name  string
+				floor int64 // the bucket's floor after the loss (0: untouched)
+			}{{"gate lost", 0}, {"gate lost under a higher floor", epoch + 5}} {
+				ch := "presence-" + c.name[:4] + uuid.NewString()[:8]
+				gates, floor := ks.GateKeys(ks.Bucket("app", ch))
+				if err := rdb.HDel(ctx, gates, "n1").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if c.floor > 0 {
+					if err := rdb.Set(ctx, floor, c.floor, 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if first, err := p.Join(ctx, "app", ch, "1.1", m); err != nil || !first {
+					t.Fatalf("%s: Join = %v %v, want a first join", c.name, first, err)
+				}
+				if c.floor > 0 && p.nodes.gate.open <= c.floor {
+					t.Fatalf("%s: epoch %d, want above the floor %d", c.name, p.nodes.gate.open, c.floor)
+				}
+			}
+		})
 	}
 }
