@@ -7,31 +7,36 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
-// ClusterNodes is the node membership a RedisSocketIndex rides on (channels.RedisPresence):
-// this node's id, the per-node key names (under the cluster's hash-tagged prefix, so every
-// key lands in the cluster's slot), the nodes whose heartbeat is fresh, and the hook that
-// deletes a reaped node's keys and asks for this node's to be written again.
+// ClusterNodes is the node membership a RedisSocketIndex rides on (channels.RedisNodes, or
+// the channels.RedisPresence on one): this node's id, the per-node key names of each bucket
+// (a socket's entries live in its bucket, so on a Cluster they spread over the masters), the
+// nodes whose heartbeat is fresh, and the hook that deletes a reaped node's keys and asks
+// for this node's to be written again.
 type ClusterNodes interface {
 	NodeID() string
-	NodeKey(node, suffix string) string
+	NodeBucketKey(node, suffix string, b int) string
+	Buckets() int
+	SocketBucket(socketID string) int
 	LiveNodes(ctx context.Context) ([]string, error)
-	TrackNodeState(resync func(context.Context) error, suffixes ...string)
+	TrackNodeBucketState(resync func(context.Context) error, suffixes ...string)
 	// NodeKeyTTL bounds a per-node key that a write creates after its node left (the
 	// owner's heartbeat refreshes it meanwhile).
 	NodeKeyTTL() time.Duration
 }
 
-// socketsSuffix names each node's index hash: NodeKey(node, "sockets"), socket id ->
-// encodeIndexed. Every node of a cluster reads the others' under this name.
+// socketsSuffix names each node's index hashes: NodeBucketKey(node, "sockets", b), socket id
+// -> encodeIndexed, b the socket's bucket. Every node of a cluster reads the others' under this name.
 const socketsSuffix = "sockets"
 
 // indexWriteTimeout bounds one write-through: the subscription waits for it (off the pollers).
 const indexWriteTimeout = time.Second
 
 // RedisSocketIndex is the cluster's socket index: this node's entries (a MemorySocketIndex)
-// written through to one Redis hash per node before Subscribed and Unsubscribed return,
+// written through to one Redis hash per node and bucket before Subscribed and Unsubscribed return,
 // because a page may POST to another node right after subscription_succeeded. Lookups of
 // other nodes' sockets read only the nodes LiveNodes lists, and a reaped node's hash is
 // deleted with it, so a dead node's sockets vanish within NodeTimeout. When Redis lost the
@@ -52,11 +57,19 @@ func NewRedisSocketIndex(rdb redis.UniversalClient, nodes ClusterNodes, logger *
 		logger = slog.Default()
 	}
 	x := &RedisSocketIndex{local: NewMemorySocketIndex(), rdb: rdb, nodes: nodes, log: logger}
-	nodes.TrackNodeState(x.Resync, socketsSuffix)
+	nodes.TrackNodeBucketState(x.Resync, socketsSuffix)
 	return x
 }
 
-func (x *RedisSocketIndex) key(node string) string { return x.nodes.NodeKey(node, socketsSuffix) }
+// key is node's index hash of bucket b.
+func (x *RedisSocketIndex) key(node string, b int) string {
+	return x.nodes.NodeBucketKey(node, socketsSuffix, b)
+}
+
+// keyOf is node's index hash holding socketID.
+func (x *RedisSocketIndex) keyOf(node, socketID string) string {
+	return x.key(node, x.nodes.SocketBucket(socketID))
+}
 
 // Subscribed implements SocketIndex.
 func (x *RedisSocketIndex) Subscribed(app, channel, socketID string) {
@@ -79,12 +92,13 @@ func (x *RedisSocketIndex) write(socketID, value string) {
 	ctx, cancel := context.WithTimeout(context.Background(), indexWriteTimeout)
 	defer cancel()
 	var err error
+	key := x.keyOf(x.nodes.NodeID(), socketID)
 	if value == "" {
-		err = x.rdb.HDel(ctx, x.key(x.nodes.NodeID()), socketID).Err()
+		err = x.rdb.HDel(ctx, key, socketID).Err()
 	} else {
 		pipe := x.rdb.Pipeline()
-		pipe.HSet(ctx, x.key(x.nodes.NodeID()), socketID, value)
-		pipe.PExpire(ctx, x.key(x.nodes.NodeID()), x.nodes.NodeKeyTTL())
+		pipe.HSet(ctx, key, socketID, value)
+		pipe.PExpire(ctx, key, x.nodes.NodeKeyTTL())
 		_, err = pipe.Exec(ctx)
 	}
 	if err != nil {
@@ -107,7 +121,7 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 	cmds := make([]*redis.StringCmd, 0, len(nodes))
 	for _, n := range nodes {
 		if n != self {
-			cmds = append(cmds, pipe.HGet(ctx, x.key(n), socketID))
+			cmds = append(cmds, pipe.HGet(ctx, x.keyOf(n, socketID), socketID))
 		}
 	}
 	if len(cmds) == 0 {
@@ -125,15 +139,20 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 	return "", nil, false, nil
 }
 
-// Resync rewrites this node's hash from memory (after Redis lost it).
+// Resync rewrites this node's hashes from memory (after Redis lost them), each atomically
+// (a reader never sees a bucket's hash between its DEL and its HSET), in one pipeline.
 func (x *RedisSocketIndex) Resync(ctx context.Context) error {
-	entries := x.local.encoded()
-	pipe := x.rdb.TxPipeline()
-	pipe.Del(ctx, x.key(x.nodes.NodeID()))
-	if len(entries) > 0 {
-		pipe.HSet(ctx, x.key(x.nodes.NodeID()), entries)
-		pipe.PExpire(ctx, x.key(x.nodes.NodeID()), x.nodes.NodeKeyTTL())
+	self := x.nodes.NodeID()
+	hashes := make(map[string]map[string]string, x.nodes.Buckets())
+	for b := range x.nodes.Buckets() {
+		hashes[x.key(self, b)] = nil // deleted unless it has entries
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	for id, v := range x.local.encoded() {
+		key := x.keyOf(self, id)
+		if hashes[key] == nil {
+			hashes[key] = map[string]string{}
+		}
+		hashes[key][id] = v.(string)
+	}
+	return redisx.ReplaceHashes(ctx, x.rdb, hashes, x.nodes.NodeKeyTTL())
 }

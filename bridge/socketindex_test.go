@@ -16,9 +16,9 @@ import (
 
 // indexNode is one node's socket index, with its presence when it runs over Redis.
 type indexNode struct {
-	idx    bridge.SocketIndex
-	pres   *channels.RedisPresence // nil for the memory index
-	prefix string                  // of the cluster's keys in Redis
+	idx  bridge.SocketIndex
+	pres *channels.RedisPresence // nil for the memory index
+	keys *channels.KeySpace      // the cluster's key names in Redis
 }
 
 // indexBackend builds n nodes of one cluster; the memory index has one node only.
@@ -28,31 +28,44 @@ type indexBackend struct {
 	nodes    func(t *testing.T, n int) ([]indexNode, redis.UniversalClient)
 }
 
-// indexTTL is the node timeout of the Redis cases: short, so that a silent node dies fast.
-const indexTTL = 600 * time.Millisecond
+// indexTTL is the node timeout of the Redis cases: short, so that a silent node dies fast,
+// with room for a first heartbeat of the spread layout on miniredis under -race (64 gate
+// scripts, a Lua state each: ~150 ms per node).
+const indexTTL = 1500 * time.Millisecond
 
 func indexBackends(t *testing.T) []indexBackend {
 	out := []indexBackend{{"memory", 1, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
 		return []indexNode{{idx: bridge.NewMemorySocketIndex()}}, nil
 	}}}
 	for _, be := range testutil.RedisBackends(t, true) {
-		out = append(out, indexBackend{be.Name, 3, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
-			// A fresh hash-tagged prefix per case, as the node's own ({reverbgo:<channel>}:).
-			prefix := "{test:" + uuid.NewString() + "}:"
-			var rdb redis.UniversalClient
-			out := make([]indexNode, n)
-			for i := range out {
-				rdb = be.Client(t)
-				p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: indexTTL})
-				out[i] = indexNode{bridge.NewRedisSocketIndex(rdb, p, nil), p, prefix}
-				if err := p.Heartbeat(context.Background()); err != nil {
-					t.Fatal(err)
-				}
+		for _, spread := range []bool{false, true} {
+			name := be.Name + "/legacy"
+			if spread {
+				name = be.Name + "/spread" // each socket's entries in its bucket
 			}
-			return out, rdb
-		}})
+			out = append(out, indexBackend{name, 3, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
+				// A fresh key space per case, as the node's own ({reverbgo:<channel>}:).
+				ks := channels.NewKeySpace("test:"+uuid.NewString(), spread)
+				var rdb redis.UniversalClient
+				out := make([]indexNode, n)
+				for i := range out {
+					rdb = be.Client(t)
+					p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Keys: ks, NodeTimeout: indexTTL})
+					out[i] = indexNode{bridge.NewRedisSocketIndex(rdb, p, nil), p, ks}
+					if err := p.Heartbeat(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return out, rdb
+			}})
+		}
 	}
 	return out
+}
+
+// sockets is the name of node n's index hash holding socket.
+func (n indexNode) sockets(socket string) string {
+	return n.keys.NodeBucketKey(n.pres.NodeID(), "sockets", n.keys.SocketBucket(socket))
 }
 
 // TestSocketIndex runs every case on every backend: the single-node cases on each node of a
@@ -163,7 +176,7 @@ func deadNodeDropsOut(t *testing.T, be indexBackend) {
 	ns[2].idx.Subscribed("app", pageCh, "3.1")
 	ns[1].idx.Subscribed("app", pageCh, "2.1")
 	wantSocket(t, ns[0].idx, "3.1", "app", map[string]string{pageCh: ""})
-	key := ns[2].pres.NodeKey(ns[2].pres.NodeID(), "sockets")
+	key := ns[2].sockets("3.1")
 	if n, err := rdb.Exists(context.Background(), key).Result(); err != nil || n != 1 {
 		t.Fatalf("node C's hash %s: exists=%d %v", key, n, err)
 	}
@@ -187,8 +200,8 @@ func resyncAfterLoss(t *testing.T, be indexBackend) {
 	b := ns[1]
 	b.idx.SetCredential("app", pageCh, "2.1", "abc123")
 	b.idx.Subscribed("app", pageCh, "2.1")
-	key := b.pres.NodeKey(b.pres.NodeID(), "sockets")
-	nodesKey := b.prefix + "nodes" // the heartbeat set (channels.RedisPresence)
+	key := b.sockets("2.1")
+	nodesKey := b.keys.NodeSetKey() // the heartbeat set (channels.RedisPresence)
 	if err := rdb.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}

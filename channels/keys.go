@@ -14,10 +14,11 @@ import (
 // pub/sub channel and its cache key under the tag of the channel's bucket: KeyBuckets tags
 // chosen so that their hash slots sit evenly over the 16384 slots, which on a Cluster whose
 // masters own slot ranges spreads the publishes evenly over the masters (and a node needs one
-// shard-subscription connection per bucket, not per master it happens to reach). Presence,
-// counts, the socket index and every node-level key keep the node-level tag in both: the
-// node registry's scripts check the node set together with a channel's presence hashes.
-// NodeBucketKey names per-node keys of a bucket for state that could move there.
+// shard-subscription connection per bucket, not per master it happens to reach). In the
+// spread layout presence hashes, each node's membership set and count hash of a bucket
+// (NodeBucketKey) and the socket index (SocketBucket) move to the buckets too, and each
+// bucket keeps its copy of the node liveness the presence scripts check (GateKeys,
+// nodes_gate.go); the node set, heartbeats and epochs keep the node-level tag.
 
 // KeyBuckets is the number of slot buckets channels are spread over (spread layout).
 const KeyBuckets = 64
@@ -184,4 +185,28 @@ func (k *KeySpace) HistoryKeys(app, ch string) (serial, epoch, list, nodes strin
 		return p + "hs" + tail, p + "he" + tail, p + "hl" + tail, p + "hn" + tail
 	}
 	return k.ChannelKey("hs", app, ch), k.ChannelKey("he", app, ch), k.ChannelKey("hl", app, ch), k.ChannelKey("hn", app, ch)
+}
+
+// The node liveness the spread layout keeps per bucket (nodes_gate.go): presence scripts of
+// a channel in bucket b check b's gates instead of the node set, which lives in another slot.
+
+// NodeSetKey is the node set (node -> last heartbeat ms), in the node-level slot.
+func (k *KeySpace) NodeSetKey() string { return k.node + "nodes" }
+
+// EpochKeys are the node-level epoch counter and the hash node -> the epoch of its current
+// registration (spread layout only).
+func (k *KeySpace) EpochKeys() (counter, epochs string) { return k.node + "epoch", k.node + "epochs" }
+
+// GateKeys are bucket b's gates (hash node -> the epoch its gate is open for; absent =
+// closed) and its floor (no gate opens for an epoch at or below it: the epochs reaped).
+func (k *KeySpace) GateKeys(b int) (gates, floor string) {
+	return k.buckets[b] + "gates", k.buckets[b] + "gatefloor"
+}
+
+// SocketBucket is the bucket of a socket's per-node entries (the bridge's socket index).
+func (k *KeySpace) SocketBucket(socketID string) int {
+	if !k.spread {
+		return 0
+	}
+	return BucketOf(socketID)
 }

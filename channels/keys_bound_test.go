@@ -19,57 +19,69 @@ func TestRedisKeysBounded(t *testing.T) {
 		if be.Name == "cluster" {
 			continue // SCAN of one node
 		}
-		t.Run(be.Name, func(t *testing.T) {
-			rdb := be.Client(t)
-			prefix := testPrefix()
-			nodes := channels.NewRedisNodes(rdb, channels.RedisNodesOptions{Prefix: prefix, NodeID: "a", NodeTimeout: time.Second})
-			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Nodes: nodes})
-			occ := channels.NewRedisOccupancy(nodes, "private-toolmark.", nil)
-			reg := channels.NewRegistry(channels.Options{Presence: pres, Occupancy: occ})
-			occ.SetConnections(func() map[string]int64 { return map[string]int64{"app": 1} })
-			if err := nodes.Heartbeat(ctx); err != nil {
-				t.Fatal(err)
-			}
-			reg.Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "1.1"})
-			reg.Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
-			if _, err := pres.Join(ctx, "app", "presence-r", "1.1", channels.Member{UserID: "u1", Info: []byte(`{}`)}); err != nil {
-				t.Fatal(err)
-			}
-			occ.Close() // its last batch
-			if err := nodes.Heartbeat(ctx); err != nil {
-				t.Fatal(err)
-			}
-			check := func(when string, allowUnbounded func(key string) bool) {
-				t.Helper()
-				keys, err := rdb.Keys(ctx, prefix+"*").Result()
-				if err != nil {
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				rdb := be.Client(t)
+				ks := l.keys()
+				// Every key of the case starts with its node-level tag, bucket tags included
+				// ("{reverbgo:test:<id>}:", "{reverbgo:test:<id>:<n>}:"); names are compared
+				// without their tag.
+				match := strings.TrimSuffix(ks.Prefix(), "}:") + "*"
+				nodes := channels.NewRedisNodes(rdb, channels.RedisNodesOptions{Keys: ks, NodeID: "a", NodeTimeout: time.Second})
+				pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Nodes: nodes})
+				occ := channels.NewRedisOccupancy(nodes, "private-toolmark.", nil)
+				reg := channels.NewRegistry(channels.Options{Presence: pres, Occupancy: occ})
+				occ.SetConnections(func() map[string]int64 { return map[string]int64{"app": 1} })
+				if err := nodes.Heartbeat(ctx); err != nil {
 					t.Fatal(err)
 				}
-				for _, k := range keys {
-					ttl, err := rdb.PTTL(ctx, k).Result()
+				reg.Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "1.1"})
+				reg.Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
+				if _, err := pres.Join(ctx, "app", "presence-r", "1.1", channels.Member{UserID: "u1", Info: []byte(`{}`)}); err != nil {
+					t.Fatal(err)
+				}
+				occ.Close() // its last batch
+				if err := nodes.Heartbeat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				// The spread layout's epoch counter and its buckets' floors are the cluster's (one
+				// each, whatever the nodes), so they never expire: a late gate opening must stay
+				// refused, and epochs only grow.
+				cluster := func(k string) bool { return ks.Spread() && (k == "epoch" || k == "gatefloor") }
+				check := func(when string, allowUnbounded func(key string) bool) {
+					t.Helper()
+					keys, err := rdb.Keys(ctx, match).Result()
 					if err != nil {
 						t.Fatal(err)
 					}
-					if ttl <= 0 && !allowUnbounded(strings.TrimPrefix(k, prefix)) {
-						t.Errorf("%s: key %q has no TTL (%v)", when, strings.TrimPrefix(k, prefix), ttl)
+					for _, k := range keys {
+						ttl, err := rdb.PTTL(ctx, k).Result()
+						if err != nil {
+							t.Fatal(err)
+						}
+						_, name, _ := strings.Cut(k, "}:")
+						if ttl <= 0 && !allowUnbounded(name) && !cluster(name) {
+							t.Errorf("%s: key %q has no TTL (%v)", when, k, ttl)
+						}
 					}
 				}
-			}
-			// Running: the node set and presence keys are reaper-owned; every per-node hash expires.
-			check("running", func(k string) bool {
-				return k == "nodes" || k == "node:a:presence" || strings.HasPrefix(k, "p")
+				// Running: the node set, its epochs, the gates and presence keys are reaper-owned;
+				// every per-node hash expires.
+				check("running", func(k string) bool {
+					return k == "nodes" || k == "epochs" || k == "gates" || k == "node:a:presence" || strings.HasPrefix(k, "p")
+				})
+				if err := pres.Close(); err != nil { // not the owner: a no-op
+					t.Fatal(err)
+				}
+				if err := nodes.Close(); err != nil {
+					t.Fatal(err)
+				}
+				reg.Subscribe("app", "private-toolmark.u1.c2", &channelstest.Sink{ID: "1.2"}) // a late write-through
+				if _, err := pres.Join(ctx, "app", "presence-r", "1.2", channels.Member{UserID: "u2", Info: []byte(`{}`)}); err == nil {
+					t.Fatal("a join after the node closed was accepted")
+				}
+				check("closed", func(string) bool { return false })
 			})
-			if err := pres.Close(); err != nil { // not the owner: a no-op
-				t.Fatal(err)
-			}
-			if err := nodes.Close(); err != nil {
-				t.Fatal(err)
-			}
-			reg.Subscribe("app", "private-toolmark.u1.c2", &channelstest.Sink{ID: "1.2"}) // a late write-through
-			if _, err := pres.Join(ctx, "app", "presence-r", "1.2", channels.Member{UserID: "u2", Info: []byte(`{}`)}); err == nil {
-				t.Fatal("a join after the node closed was accepted")
-			}
-			check("closed", func(string) bool { return false })
-		})
+		}
 	}
 }

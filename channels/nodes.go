@@ -43,6 +43,9 @@ type NodeState struct {
 	// Keys are per-node Redis key suffixes (RedisNodes.NodeKey): deleted when their node is
 	// reaped, and bounded by a TTL the owner's heartbeat refreshes (see RedisNodes).
 	Keys []string
+	// BucketKeys are per-node key suffixes kept in every bucket (RedisNodes.NodeBucketKey),
+	// under the same rules as Keys.
+	BucketKeys []string
 	// Reap removes a dead node's state, entries whose node heartbeated after cutoff excepted;
 	// survivors may run it for the same node at once and each entry must go exactly once.
 	Reap func(ctx context.Context, node string, cutoff time.Time) error
@@ -83,6 +86,9 @@ type nodes struct {
 	timeout time.Duration
 	log     *slog.Logger
 	keyName func(node, suffix string) string
+	// flatBuckets: every bucket key is a node key (the legacy layout), so keysOf counts
+	// BucketKeys among Keys.
+	flatBuckets bool
 
 	mu     sync.Mutex
 	states []NodeState
@@ -136,8 +142,9 @@ func (n *nodes) snapshot() []NodeState {
 	return n.states
 }
 
-// keysOf are every NodeState's per-node keys of node.
-func keysOf(states []NodeState, node string, name func(node, suffix string) string) []string {
+// keysOf are every NodeState's per-node keys of node (with the bucket keys when those are
+// node keys).
+func keysOf(states []NodeState, node string, name func(node, suffix string) string, flat bool) []string {
 	if name == nil {
 		return nil
 	}
@@ -145,6 +152,11 @@ func keysOf(states []NodeState, node string, name func(node, suffix string) stri
 	for _, s := range states {
 		for _, k := range s.Keys {
 			out = append(out, name(node, k))
+		}
+		if flat {
+			for _, k := range s.BucketKeys {
+				out = append(out, name(node, k))
+			}
 		}
 	}
 	return out
@@ -175,7 +187,7 @@ func (n *nodes) Heartbeat(ctx context.Context) error {
 	states := n.snapshot()
 	now := time.Now()
 	cutoff := now.Add(-n.deadAfter())
-	rejoined, err := n.be.beat(ctx, n.node, now, cutoff, keysOf(states, n.node, n.keyName))
+	rejoined, err := n.be.beat(ctx, n.node, now, cutoff, keysOf(states, n.node, n.keyName, n.flatBuckets))
 	if err != nil {
 		return err
 	}
@@ -233,7 +245,7 @@ func (n *nodes) reap(ctx context.Context, states []NodeState, node string, cutof
 			}
 		}
 	}
-	return n.be.unlist(ctx, node, cutoff, keysOf(states, node, n.keyName))
+	return n.be.unlist(ctx, node, cutoff, keysOf(states, node, n.keyName, n.flatBuckets))
 }
 
 // Start implements NodeRegistry.

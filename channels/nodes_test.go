@@ -24,18 +24,20 @@ func TestMemoryNodes(t *testing.T) {
 
 func TestRedisNodes(t *testing.T) {
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			prefixes := map[string]string{}
-			channelstest.RunNodeRegistry(t, func(t *testing.T, id string, timeout time.Duration) channels.NodeRegistry {
-				prefix, ok := prefixes[t.Name()]
-				if !ok {
-					prefix = testPrefix()
-					prefixes[t.Name()] = prefix
-				}
-				n := channels.NewRedisNodes(be.Client(t), channels.RedisNodesOptions{Prefix: prefix, NodeID: id, NodeTimeout: timeout})
-				t.Cleanup(func() { _ = n.Close() })
-				return n
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				spaces := map[string]*channels.KeySpace{}
+				channelstest.RunNodeRegistry(t, func(t *testing.T, id string, timeout time.Duration) channels.NodeRegistry {
+					ks, ok := spaces[t.Name()]
+					if !ok {
+						ks = l.keys()
+						spaces[t.Name()] = ks
+					}
+					n := channels.NewRedisNodes(be.Client(t), channels.RedisNodesOptions{Keys: ks, NodeID: id, NodeTimeout: timeout})
+					t.Cleanup(func() { _ = n.Close() })
+					return n
+				})
 			})
-		})
+		}
 	}
 }

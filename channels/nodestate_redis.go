@@ -23,13 +23,19 @@ type RedisNodes struct {
 	*nodes
 	rdb    redis.UniversalClient
 	prefix string
+	keys   *KeySpace
+	gate   gate // the spread layout's per-bucket liveness (nodes_gate.go)
 }
 
 var _ NodeRegistry = (*RedisNodes)(nil)
 
 // RedisNodesOptions configure a RedisNodes.
 type RedisNodesOptions struct {
-	Prefix      string        // key prefix (default DefaultRedisPrefix)
+	Prefix string // key prefix (default DefaultRedisPrefix); ignored when Keys is set
+	// Keys names the cluster's keys (default LegacyKeySpace(Prefix)). In the spread layout
+	// presence, counts and the socket index live in the channel's (or socket's) bucket, and
+	// every bucket keeps a copy of the node liveness the presence scripts check (gates).
+	Keys        *KeySpace
 	NodeID      string        // this node (default NewNodeID()); use the broker's
 	NodeTimeout time.Duration // default DefaultNodeTimeout
 	Logger      *slog.Logger
@@ -38,15 +44,35 @@ type RedisNodesOptions struct {
 // NewRedisNodes returns the registry of this node over rdb; call Start to heartbeat and reap.
 // The client stays the caller's.
 func NewRedisNodes(rdb redis.UniversalClient, opts RedisNodesOptions) *RedisNodes {
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultRedisPrefix
+	if opts.Keys == nil {
+		if opts.Prefix == "" {
+			opts.Prefix = DefaultRedisPrefix
+		}
+		opts.Keys = LegacyKeySpace(opts.Prefix)
 	}
-	r := &RedisNodes{rdb: rdb, prefix: opts.Prefix}
+	r := &RedisNodes{rdb: rdb, prefix: opts.Keys.Prefix(), keys: opts.Keys}
 	r.nodes = newNodes(redisNodeBackend{r}, opts.NodeID, opts.NodeTimeout, opts.Logger, r.NodeKey)
+	// In the legacy layout every bucket key is a node key (one bucket, the node-level slot).
+	r.nodes.flatBuckets = !opts.Keys.Spread()
 	return r
 }
 
-func (r *RedisNodes) key() string { return r.prefix + "nodes" }
+func (r *RedisNodes) key() string { return r.keys.NodeSetKey() }
+
+// Keys is the registry's key space.
+func (r *RedisNodes) Keys() *KeySpace { return r.keys }
+
+// Buckets is how many buckets per-node bucket keys are spread over (KeySpace.Buckets).
+func (r *RedisNodes) Buckets() int { return r.keys.Buckets() }
+
+// NodeBucketKey is the per-node key with the given suffix in bucket b (see
+// NodeState.BucketKeys).
+func (r *RedisNodes) NodeBucketKey(node, suffix string, b int) string {
+	return r.keys.NodeBucketKey(node, suffix, b)
+}
+
+// SocketBucket is the bucket of a socket's per-node entries (KeySpace.SocketBucket).
+func (r *RedisNodes) SocketBucket(socketID string) int { return r.keys.SocketBucket(socketID) }
 
 // keyTTL bounds every per-node key; the owner refreshes it 30 times per TTL.
 func (r *RedisNodes) keyTTL() time.Duration { return 3 * r.timeout }
@@ -66,6 +92,12 @@ func (r *RedisNodes) TrackNodeState(resync func(context.Context) error, suffixes
 	r.Track(NodeState{Keys: suffixes, Resync: resync})
 }
 
+// TrackNodeBucketState registers per-node hashes under NodeBucketKey(node, suffix, b) for
+// every bucket b, and the resync that writes this node's again.
+func (r *RedisNodes) TrackNodeBucketState(resync func(context.Context) error, suffixes ...string) {
+	r.Track(NodeState{BucketKeys: suffixes, Resync: resync})
+}
+
 // redisNodes is how the per-node state of this package finds its registry (a RedisNodes, or
 // the one a RedisPresence runs on).
 type redisNodeOwner interface{ redisNodes() *RedisNodes }
@@ -79,6 +111,9 @@ type redisNodeBackend struct{ r *RedisNodes }
 var beatScript = redisx.Script("channels_beat")
 
 func (b redisNodeBackend) beat(ctx context.Context, node string, now, deadBefore time.Time, keys []string) (bool, error) {
+	if b.r.keys.Spread() {
+		return b.r.gatedBeat(ctx, node, now, deadBefore, keys)
+	}
 	n, err := beatScript.Run(ctx, b.r.rdb, append([]string{b.r.key()}, keys...),
 		node, now.UnixMilli(), deadBefore.UnixMilli(), b.r.keyTTL().Milliseconds()).Int()
 	return n == 1, err
@@ -100,6 +135,9 @@ const reapingMark = -1
 var markScript = redisx.Script("channels_mark")
 
 func (b redisNodeBackend) mark(ctx context.Context, node string, cutoff time.Time) (bool, error) {
+	if b.r.keys.Spread() {
+		return b.r.gatedMark(ctx, node, cutoff)
+	}
 	n, err := markScript.Run(ctx, b.r.rdb, []string{b.r.key()}, node, cutoff.UnixMilli(), reapingMark).Int()
 	return n == 1, err
 }
@@ -108,5 +146,8 @@ func (b redisNodeBackend) mark(ctx context.Context, node string, cutoff time.Tim
 var unlistScript = redisx.Script("channels_unlist")
 
 func (b redisNodeBackend) unlist(ctx context.Context, node string, cutoff time.Time, keys []string) error {
+	if b.r.keys.Spread() {
+		return b.r.gatedUnlist(ctx, node, keys)
+	}
 	return unlistScript.Run(ctx, b.r.rdb, append([]string{b.r.key()}, keys...), node, reapingMark).Err()
 }

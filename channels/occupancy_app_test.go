@@ -75,43 +75,45 @@ var _ redis.Hook = (*replySpy)(nil)
 func TestRedisOccupancyChannelsReadsOnlyTheApp(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			rdb := be.Client(t)
-			spy := &replySpy{}
-			rdb.AddHook(spy)
-			pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: testPrefix(), NodeTimeout: time.Minute})
-			occ := channels.NewRedisOccupancy(pres, "private-toolmark.", nil)
-			t.Cleanup(occ.Close)
-			reg := channels.NewRegistry(channels.Options{Presence: pres, Occupancy: occ})
-			if err := pres.Heartbeat(ctx); err != nil {
-				t.Fatal(err)
-			}
-			reg.Subscribe("a*", "mine", &channelstest.Sink{ID: "1.1"})
-			reg.Subscribe("ab", "theirs-ab", &channelstest.Sink{ID: "1.2"})
-			reg.Subscribe("other", "theirs-other", &channelstest.Sink{ID: "1.3"})
-			testutil.WaitFor(t, "counts written", func() bool {
-				n, err := occ.SubscriptionCount(ctx, "other", "theirs-other")
-				return err == nil && n == 1
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				rdb := be.Client(t)
+				spy := &replySpy{}
+				rdb.AddHook(spy)
+				pres := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Keys: l.keys(), NodeTimeout: time.Minute})
+				occ := channels.NewRedisOccupancy(pres, "private-toolmark.", nil)
+				t.Cleanup(occ.Close)
+				reg := channels.NewRegistry(channels.Options{Presence: pres, Occupancy: occ})
+				if err := pres.Heartbeat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				reg.Subscribe("a*", "mine", &channelstest.Sink{ID: "1.1"})
+				reg.Subscribe("ab", "theirs-ab", &channelstest.Sink{ID: "1.2"})
+				reg.Subscribe("other", "theirs-other", &channelstest.Sink{ID: "1.3"})
+				testutil.WaitFor(t, "counts written", func() bool {
+					n, err := occ.SubscriptionCount(ctx, "other", "theirs-other")
+					return err == nil && n == 1
+				})
+				spy.reset()
+				list, err := occ.Channels(ctx, "a*", "")
+				if err != nil || len(list) != 1 || list[0] != (channels.ChannelInfo{Name: "mine", SubscriptionCount: 1}) {
+					t.Fatalf("channels of a* = %+v %v", list, err)
+				}
+				if spy.any("theirs") {
+					t.Fatal("another app's channels were read to list this app's")
+				}
+				if !spy.any("mine") {
+					t.Fatal("the spy saw nothing: the test would pass vacuously")
+				}
+				// More fields than one HSCAN page.
+				for i := 0; i < 1500; i++ {
+					reg.Subscribe("a*", fmt.Sprintf("many-%d", i), &channelstest.Sink{ID: "1.1"})
+				}
+				testutil.WaitFor(t, "every channel listed", func() bool {
+					list, err := occ.Channels(ctx, "a*", "many-")
+					return err == nil && len(list) == 1500
+				})
 			})
-			spy.reset()
-			list, err := occ.Channels(ctx, "a*", "")
-			if err != nil || len(list) != 1 || list[0] != (channels.ChannelInfo{Name: "mine", SubscriptionCount: 1}) {
-				t.Fatalf("channels of a* = %+v %v", list, err)
-			}
-			if spy.any("theirs") {
-				t.Fatal("another app's channels were read to list this app's")
-			}
-			if !spy.any("mine") {
-				t.Fatal("the spy saw nothing: the test would pass vacuously")
-			}
-			// More fields than one HSCAN page.
-			for i := 0; i < 1500; i++ {
-				reg.Subscribe("a*", fmt.Sprintf("many-%d", i), &channelstest.Sink{ID: "1.1"})
-			}
-			testutil.WaitFor(t, "every channel listed", func() bool {
-				list, err := occ.Channels(ctx, "a*", "many-")
-				return err == nil && len(list) == 1500
-			})
-		})
+		}
 	}
 }

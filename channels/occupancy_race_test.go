@@ -19,40 +19,42 @@ import (
 func TestRedisOccupancyRacingWriteThrough(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			prefix := testPrefix()
-			var occs [2]*channels.RedisOccupancy
-			var regs [2]*channels.Registry
-			for i := range occs {
-				p := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: time.Minute})
-				if err := p.Heartbeat(ctx); err != nil {
-					t.Fatal(err)
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				ks := l.keys()
+				var occs [2]*channels.RedisOccupancy
+				var regs [2]*channels.Registry
+				for i := range occs {
+					p := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Keys: ks, NodeTimeout: time.Minute})
+					if err := p.Heartbeat(ctx); err != nil {
+						t.Fatal(err)
+					}
+					occs[i] = channels.NewRedisOccupancy(p, "private-toolmark.", nil)
+					t.Cleanup(occs[i].Close)
+					regs[i] = channels.NewRegistry(channels.Options{Presence: p, Occupancy: occs[i]})
 				}
-				occs[i] = channels.NewRedisOccupancy(p, "private-toolmark.", nil)
-				t.Cleanup(occs[i].Close)
-				regs[i] = channels.NewRegistry(channels.Options{Presence: p, Occupancy: occs[i]})
-			}
-			const rounds = 300
-			stale := 0
-			for r := 0; r < rounds; r++ {
-				ch := fmt.Sprintf("private-toolmark.u%d.c1", r)
-				regs[1].Subscribe("app", ch, &channelstest.Sink{ID: "1.1"})
-				start := make(chan struct{})
-				var wg sync.WaitGroup
-				wg.Add(2)
-				go func() { defer wg.Done(); <-start; regs[1].Unsubscribe("app", ch, "1.1") }()
-				go func() { defer wg.Done(); <-start; regs[1].Subscribe("app", ch, &channelstest.Sink{ID: "1.2"}) }()
-				close(start)
-				wg.Wait()
-				if n, err := occs[0].SubscriptionCount(ctx, "app", ch); err != nil {
-					t.Fatal(err)
-				} else if n != 1 {
-					stale++
+				const rounds = 300
+				stale := 0
+				for r := 0; r < rounds; r++ {
+					ch := fmt.Sprintf("private-toolmark.u%d.c1", r)
+					regs[1].Subscribe("app", ch, &channelstest.Sink{ID: "1.1"})
+					start := make(chan struct{})
+					var wg sync.WaitGroup
+					wg.Add(2)
+					go func() { defer wg.Done(); <-start; regs[1].Unsubscribe("app", ch, "1.1") }()
+					go func() { defer wg.Done(); <-start; regs[1].Subscribe("app", ch, &channelstest.Sink{ID: "1.2"}) }()
+					close(start)
+					wg.Wait()
+					if n, err := occs[0].SubscriptionCount(ctx, "app", ch); err != nil {
+						t.Fatal(err)
+					} else if n != 1 {
+						stale++
+					}
 				}
-			}
-			if stale > 0 {
-				t.Fatalf("%d of %d racing leave+subscribe rounds left another node reading a stale count", stale, rounds)
-			}
-		})
+				if stale > 0 {
+					t.Fatalf("%d of %d racing leave+subscribe rounds left another node reading a stale count", stale, rounds)
+				}
+			})
+		}
 	}
 }

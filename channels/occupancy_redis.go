@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
 // Occupancy hears about every local subscription change; the Registry calls it after the
@@ -27,7 +29,8 @@ const occupancyFlush = 50 * time.Millisecond
 // RedisOccupancy publishes this node's subscription counts to Redis, so that any node can
 // answer counts and channel lists for the whole cluster.
 //
-// Counts live in one hash per node (field app NUL channel), written as absolute values (so a
+// Counts live in one hash per node (field app NUL channel; in the spread layout one per node
+// and bucket, in the channel's bucket), written as absolute values (so a
 // lost write heals with the next one) in batches every occupancyFlush, except for channels
 // starting with the sync prefix, written through before Subscribed returns: a reader on
 // another node must see such a subscription as soon as the client is told of it (the bridge
@@ -77,12 +80,23 @@ func NewRedisOccupancy(nodes redisNodeOwner, syncPrefix string, logger *slog.Log
 		counts: map[string]int64{}, pending: map[string]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	o.n.Track(NodeState{Keys: []string{"subs", "conns"}, Resync: o.Resync})
+	o.n.Track(NodeState{Keys: []string{"conns"}, BucketKeys: []string{"subs"}, Resync: o.Resync})
 	go o.loop()
 	return o
 }
 
-func (o *RedisOccupancy) subsKey(node string) string  { return o.n.NodeKey(node, "subs") }
+// subsKey is node's count hash of bucket b (the spread layout keeps one per bucket, in the
+// bucket's slot, so counts spread over a Cluster's masters as their channels do).
+func (o *RedisOccupancy) subsKey(node string, b int) string {
+	return o.n.NodeBucketKey(node, "subs", b)
+}
+
+// bucket is the bucket of field f (app NUL channel).
+func (o *RedisOccupancy) bucket(f string) int {
+	app, ch, _ := strings.Cut(f, "\x00")
+	return o.n.keys.Bucket(app, ch)
+}
+
 func (o *RedisOccupancy) connsKey(node string) string { return o.n.NodeKey(node, "conns") }
 
 // SetConnections gives the batch writer this node's connection count per app, written
@@ -149,8 +163,9 @@ func (o *RedisOccupancy) change(app, channel string, delta int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := o.n.rdb.Pipeline()
-	setCount(ctx, pipe, o.subsKey(o.n.node), f, n)
-	pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
+	key := o.subsKey(o.n.node, o.bucket(f))
+	setCount(ctx, pipe, key, f, n)
+	pipe.PExpire(ctx, key, o.n.keyTTL())
 	_, err := pipe.Exec(ctx)
 	if err != nil {
 		o.log.Warn("subscription count not written; the next batch repairs it", "error", err)
@@ -231,8 +246,11 @@ func (o *RedisOccupancy) flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := o.n.rdb.Pipeline()
+	touched := map[int]bool{}
 	for f, n := range values {
-		setCount(ctx, pipe, o.subsKey(o.n.node), f, n)
+		b := o.bucket(f)
+		setCount(ctx, pipe, o.subsKey(o.n.node, b), f, n)
+		touched[b] = true
 	}
 	if len(conns) > 0 {
 		vals := make(map[string]any, len(conns))
@@ -242,8 +260,8 @@ func (o *RedisOccupancy) flush() {
 		pipe.HSet(ctx, o.connsKey(o.n.node), vals)
 		pipe.PExpire(ctx, o.connsKey(o.n.node), o.n.keyTTL())
 	}
-	if len(values) > 0 {
-		pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
+	for b := range touched {
+		pipe.PExpire(ctx, o.subsKey(o.n.node, b), o.n.keyTTL())
 	}
 	_, err := pipe.Exec(ctx)
 	o.settle(values, err)
@@ -265,22 +283,28 @@ func (o *RedisOccupancy) flush() {
 func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	o.mu.Lock()
 	snap := make(map[string]int64, len(o.counts))
-	counts := make(map[string]any, len(o.counts))
+	hashes := make(map[string]map[string]string, o.n.Buckets())
+	for b := range o.n.Buckets() {
+		hashes[o.subsKey(o.n.node, b)] = nil // deleted unless it has counts
+	}
 	for f, n := range o.counts {
 		snap[f] = n
-		counts[f] = n
+		key := o.subsKey(o.n.node, o.bucket(f))
+		if hashes[key] == nil {
+			hashes[key] = map[string]string{}
+		}
+		hashes[key][f] = strconv.FormatInt(n, 10)
 	}
 	o.pending = map[string]struct{}{}
 	o.wrote = nil // the next flush writes every connection count again
 	o.gen++
 	o.mu.Unlock()
-	pipe := o.n.rdb.TxPipeline()
-	pipe.Del(ctx, o.subsKey(o.n.node), o.connsKey(o.n.node))
-	if len(counts) > 0 {
-		pipe.HSet(ctx, o.subsKey(o.n.node), counts)
-		pipe.PExpire(ctx, o.subsKey(o.n.node), o.n.keyTTL())
+	// Each hash is replaced atomically (a reader never sees it between DEL and HSET), all in
+	// one pipeline.
+	err := o.n.rdb.Del(ctx, o.connsKey(o.n.node)).Err()
+	if err == nil {
+		err = redisx.ReplaceHashes(ctx, o.n.rdb, hashes, o.n.keyTTL())
 	}
-	_, err := pipe.Exec(ctx)
 	// The DEL removed every field not in snap: those written meanwhile are settled too.
 	o.mu.Lock()
 	for f := range o.counts {
@@ -295,7 +319,8 @@ func (o *RedisOccupancy) Resync(ctx context.Context) error {
 
 // SubscriptionCount is the channel's subscriber count over every live node.
 func (o *RedisOccupancy) SubscriptionCount(ctx context.Context, app, channel string) (int, error) {
-	return o.sumOverNodes(ctx, o.subsKey, app+"\x00"+channel, true)
+	b := o.n.keys.Bucket(app, channel)
+	return o.sumOverNodes(ctx, func(node string) string { return o.subsKey(node, b) }, app+"\x00"+channel, true)
 }
 
 // RemoteConnections is the app's open sockets on every other live node, as of their last
@@ -343,17 +368,24 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 		return nil, err
 	}
 	match := globEscape(app+"\x00"+prefix) + "*"
-	// The first page of every node in one pipeline; a node with more follows on its own.
+	// The first page of every node's hash of every bucket in one pipeline; a hash with more
+	// follows on its own.
+	var keys []string
+	for _, n := range nodes {
+		for b := range o.n.Buckets() {
+			keys = append(keys, o.subsKey(n, b))
+		}
+	}
 	pipe := o.n.rdb.Pipeline()
-	cmds := make([]*redis.ScanCmd, len(nodes))
-	for i, n := range nodes {
-		cmds[i] = pipe.HScan(ctx, o.subsKey(n), 0, match, 1000)
+	cmds := make([]*redis.ScanCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HScan(ctx, k, 0, match, 1000)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, err
 	}
 	sum := map[string]int{}
-	for i, n := range nodes {
+	for i, key := range keys {
 		fields, cursor := cmds[i].Val()
 		for {
 			for j := 0; j+1 < len(fields); j += 2 {
@@ -366,7 +398,7 @@ func (o *RedisOccupancy) Channels(ctx context.Context, app, prefix string) ([]Ch
 				break
 			}
 			var err error
-			if fields, cursor, err = o.n.rdb.HScan(ctx, o.subsKey(n), cursor, match, 1000).Result(); err != nil {
+			if fields, cursor, err = o.n.rdb.HScan(ctx, key, cursor, match, 1000).Result(); err != nil {
 				return nil, err
 			}
 		}

@@ -21,7 +21,7 @@ func TestOccupancyStaleWriteRepaired(t *testing.T) {
 	o := NewRedisOccupancy(nodes, "", nil)
 	t.Cleanup(o.Close)
 	read := func(field string) string {
-		v, _ := rdb.HGet(ctx, o.subsKey("n1"), field).Result()
+		v, _ := rdb.HGet(ctx, o.subsKey("n1", o.bucket(field)), field).Result()
 		return v
 	}
 	o.Subscribed("app", "news", "1.1")

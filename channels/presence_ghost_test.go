@@ -41,48 +41,50 @@ func (b *back) list() []string {
 func TestRedisPresenceRejoinAnnouncesMemberAdded(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			prefix := testPrefix()
-			const ttl = time.Second // 0.8 s of silence is death: margin for the joins below
-			var g gone
-			var b back
-			paused := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "paused", NodeTimeout: ttl, OnBack: b.add})
-			t.Cleanup(func() { _ = paused.Close() })
-			if err := paused.Heartbeat(ctx); err != nil {
-				t.Fatal(err)
-			}
-			survivor := newRedisPresence(t, be.Client(t), prefix, "survivor", ttl, g.add)
-			if err := survivor.Heartbeat(ctx); err != nil {
-				t.Fatal(err)
-			}
-			for _, j := range []struct {
-				p          *channels.RedisPresence
-				sock, user string
-			}{{survivor, "2.1", "u2"}, {paused, "1.1", "u1"}, {paused, "1.2", "u1"}, {paused, "1.3", "u2"}} {
-				if _, err := j.p.Join(ctx, "app", "presence-r", j.sock, channels.Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				ks := l.keys()
+				const ttl = time.Second // 0.8 s of silence is death: margin for the joins below
+				var g gone
+				var b back
+				paused := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Keys: ks, NodeID: "paused", NodeTimeout: ttl, OnBack: b.add})
+				t.Cleanup(func() { _ = paused.Close() })
+				if err := paused.Heartbeat(ctx); err != nil {
 					t.Fatal(err)
 				}
-			}
-			survivor.Start()
-			testutil.WaitFor(t, "the paused node reaped", func() bool { return len(g.list()) == 1 })
-			if err := paused.Heartbeat(ctx); err != nil { // it wakes up
-				t.Fatal(err)
-			}
-			got := b.list()
-			if len(got) != 1 || (got[0] != "app/presence-r/u1@1.1" && got[0] != "app/presence-r/u1@1.2") {
-				t.Fatalf("announced back %q, want u1 once", got)
-			}
-			ms, err := survivor.Members(ctx, "app", "presence-r")
-			if err != nil || len(ms) != 2 {
-				t.Fatalf("members after the rejoin: %+v %v", ms, err)
-			}
-			if err := paused.Heartbeat(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if got := b.list(); len(got) != 1 {
-				t.Fatalf("announced again on the next heartbeat: %q", got)
-			}
-		})
+				survivor := newRedisPresenceIn(t, be.Client(t), ks, "survivor", ttl, g.add)
+				if err := survivor.Heartbeat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for _, j := range []struct {
+					p          *channels.RedisPresence
+					sock, user string
+				}{{survivor, "2.1", "u2"}, {paused, "1.1", "u1"}, {paused, "1.2", "u1"}, {paused, "1.3", "u2"}} {
+					if _, err := j.p.Join(ctx, "app", "presence-r", j.sock, channels.Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				survivor.Start()
+				testutil.WaitFor(t, "the paused node reaped", func() bool { return len(g.list()) == 1 })
+				if err := paused.Heartbeat(ctx); err != nil { // it wakes up
+					t.Fatal(err)
+				}
+				got := b.list()
+				if len(got) != 1 || (got[0] != "app/presence-r/u1@1.1" && got[0] != "app/presence-r/u1@1.2") {
+					t.Fatalf("announced back %q, want u1 once", got)
+				}
+				ms, err := survivor.Members(ctx, "app", "presence-r")
+				if err != nil || len(ms) != 2 {
+					t.Fatalf("members after the rejoin: %+v %v", ms, err)
+				}
+				if err := paused.Heartbeat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if got := b.list(); len(got) != 1 {
+					t.Fatalf("announced again on the next heartbeat: %q", got)
+				}
+			})
+		}
 	}
 }
 
@@ -93,41 +95,43 @@ func TestRedisPresenceRejoinAnnouncesMemberAdded(t *testing.T) {
 func TestRedisPresenceNoGhostAfterClose(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			prefix := testPrefix()
-			const ttl = 300 * time.Millisecond
-			closing := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "closing", NodeTimeout: ttl})
-			if err := closing.Heartbeat(ctx); err != nil {
-				t.Fatal(err)
-			}
-			survivor := newRedisPresence(t, be.Client(t), prefix, "survivor", ttl, nil)
-			survivor.Start()
-			var wg sync.WaitGroup
-			for i := 0; i < 50; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for j := 0; j < 20; j++ {
-						_, _ = closing.Join(ctx, "app", "presence-r", fmt.Sprintf("1.%d", i*20+j), channels.Member{UserID: fmt.Sprint("u", i), Info: []byte(`{}`)})
-					}
-				}()
-			}
-			time.Sleep(time.Millisecond) // let some joins land first
-			if err := closing.Close(); err != nil {
-				t.Fatal(err)
-			}
-			wg.Wait()
-			if _, err := closing.Join(ctx, "app", "presence-r", "1.9999", channels.Member{UserID: "late", Info: []byte(`{}`)}); !errors.Is(err, channels.ErrPresenceClosed) {
-				t.Fatalf("a join after Close: %v, want ErrPresenceClosed", err)
-			}
-			// A survivor's reaps (within NodeTimeout) would remove anything still owned by a
-			// listed node; what is left after that is a ghost.
-			time.Sleep(2 * ttl)
-			testutil.WaitFor(t, "no member left", func() bool {
-				ms, err := survivor.Members(ctx, "app", "presence-r")
-				return err == nil && len(ms) == 0
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				ks := l.keys()
+				const ttl = 300 * time.Millisecond
+				closing := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Keys: ks, NodeID: "closing", NodeTimeout: ttl})
+				if err := closing.Heartbeat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				survivor := newRedisPresenceIn(t, be.Client(t), ks, "survivor", ttl, nil)
+				survivor.Start()
+				var wg sync.WaitGroup
+				for i := 0; i < 50; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for j := 0; j < 20; j++ {
+							_, _ = closing.Join(ctx, "app", "presence-r", fmt.Sprintf("1.%d", i*20+j), channels.Member{UserID: fmt.Sprint("u", i), Info: []byte(`{}`)})
+						}
+					}()
+				}
+				time.Sleep(time.Millisecond) // let some joins land first
+				if err := closing.Close(); err != nil {
+					t.Fatal(err)
+				}
+				wg.Wait()
+				if _, err := closing.Join(ctx, "app", "presence-r", "1.9999", channels.Member{UserID: "late", Info: []byte(`{}`)}); !errors.Is(err, channels.ErrPresenceClosed) {
+					t.Fatalf("a join after Close: %v, want ErrPresenceClosed", err)
+				}
+				// A survivor's reaps (within NodeTimeout) would remove anything still owned by a
+				// listed node; what is left after that is a ghost.
+				time.Sleep(2 * ttl)
+				testutil.WaitFor(t, "no member left", func() bool {
+					ms, err := survivor.Members(ctx, "app", "presence-r")
+					return err == nil && len(ms) == 0
+				})
 			})
-		})
+		}
 	}
 }
 

@@ -32,8 +32,9 @@ type RedisPresenceOptions struct {
 	// prefix is the store's); nil makes the store its own, from Prefix, NodeID and
 	// NodeTimeout, started and closed with it.
 	Nodes  *RedisNodes
-	Prefix string // key prefix (default DefaultRedisPrefix)
-	NodeID string // this node (default NewNodeID()); use the broker's
+	Prefix string    // key prefix (default DefaultRedisPrefix); ignored when Keys is set
+	Keys   *KeySpace // the key layout of a registry the store makes (RedisNodesOptions.Keys)
+	NodeID string    // this node (default NewNodeID()); use the broker's
 	// NodeTimeout bounds how long a dead node's state outlives it (default
 	// DefaultNodeTimeout): nodes heartbeat every NodeTimeout/10 and a node silent for
 	// 8/10 of it is dead, so a survivor's next heartbeat reaps it within NodeTimeout.
@@ -74,8 +75,9 @@ var errNodeUnknown = errors.New("presence: node not registered")
 // unknown to Redis (Redis restarted empty, or this node was reaped during a long pause) it
 // joins them again, so presence heals without clients resubscribing.
 //
-// Every script gets all its keys in KEYS, and every key shares the prefix; give the prefix a
-// hash tag ("{reverbgo:reverb}:") and the store runs on Redis Cluster too, all in one slot.
+// Every script gets all its keys in KEYS, all in one slot: the node-level one in the legacy
+// layout, the channel's bucket in the spread one (the registry's Keys; nodes_gate.go), where
+// the script checks the bucket's copy of the node liveness instead of the node set.
 type RedisPresence struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -103,7 +105,7 @@ var _ PresenceStore = (*RedisPresence)(nil)
 func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *RedisPresence {
 	own := opts.Nodes == nil
 	if own {
-		opts.Nodes = NewRedisNodes(rdb, RedisNodesOptions{Prefix: opts.Prefix, NodeID: opts.NodeID, NodeTimeout: opts.NodeTimeout, Logger: opts.Logger})
+		opts.Nodes = NewRedisNodes(rdb, RedisNodesOptions{Prefix: opts.Prefix, Keys: opts.Keys, NodeID: opts.NodeID, NodeTimeout: opts.NodeTimeout, Logger: opts.Logger})
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -117,10 +119,22 @@ func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *Red
 }
 
 // Channel names cannot contain ':', so "<channel>:<app>" is unambiguous whatever the app id.
-func (p *RedisPresence) users(app, ch string) string   { return p.prefix + "pu:" + ch + ":" + app }
-func (p *RedisPresence) sockets(app, ch string) string { return p.prefix + "ps:" + ch + ":" + app }
-func (p *RedisPresence) counts(app, ch string) string  { return p.prefix + "pc:" + ch + ":" + app }
+// In the spread layout they live in the channel's bucket (KeySpace.ChannelKey).
+func (p *RedisPresence) users(app, ch string) string   { return p.nodes.keys.ChannelKey("pu", app, ch) }
+func (p *RedisPresence) sockets(app, ch string) string { return p.nodes.keys.ChannelKey("ps", app, ch) }
+func (p *RedisPresence) counts(app, ch string) string  { return p.nodes.keys.ChannelKey("pc", app, ch) }
 func (p *RedisPresence) nodeSet() string               { return p.nodes.key() }
+
+// memberships is node's set of memberships of bucket b (the channel's bucket).
+func (p *RedisPresence) memberships(node string, b int) string {
+	return p.nodes.NodeBucketKey(node, "presence", b)
+}
+
+// bucketOf is the bucket of entry e's channel.
+func (p *RedisPresence) bucketOf(e string) int {
+	app, ch, _, _, _ := splitEntry(e)
+	return p.nodes.keys.Bucket(app, ch)
+}
 
 // NodeKey is the registry's per-node key (RedisNodes.NodeKey).
 func (p *RedisPresence) NodeKey(node, suffix string) string { return p.nodes.NodeKey(node, suffix) }
@@ -139,9 +153,11 @@ func splitEntry(e string) (app, ch, socket, user string, ok bool) {
 	return f[0], f[1], f[2], f[3], true
 }
 
-// joinScript adds a membership (KEYS: users, sockets, counts, the node's set, the node
-// heartbeat set). A node that is not in the heartbeat set or is being reaped (RedisNodes'
-// mark: reaped, or closed and reaping itself) is refused with -1: every membership in Redis is then owned by a node some survivor
+// joinScript adds a membership (KEYS: users, sockets, counts, the node's set of the
+// channel's bucket, the node liveness: the heartbeat set, or in the spread layout the
+// bucket's gates, ARGV[6] saying which). A node that is not in the heartbeat set or is being
+// reaped (RedisNodes' mark: reaped, or closed and reaping itself; its gate closed) is
+// refused with -1: every membership in Redis is then owned by a node some survivor
 // will reap, so no join landing late can leave a ghost member.
 var joinScript = redisx.Script("channels_join")
 
@@ -174,8 +190,10 @@ func (p *RedisPresence) join(ctx context.Context, e string, m Member) (bool, err
 		return false, ErrPresenceClosed
 	}
 	app, ch, socket, _, _ := splitEntry(e)
-	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence"), p.nodeSet()},
-		socket, m.UserID, m.Info, e, p.node).Int()
+	b := p.nodes.keys.Bucket(app, ch)
+	live, mode := p.nodes.liveKey(b)
+	n, err := joinScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.memberships(p.node, b), live},
+		socket, m.UserID, m.Info, e, p.node, mode).Int()
 	switch {
 	case err != nil:
 		return false, err
@@ -248,7 +266,7 @@ func (p *RedisPresence) leave(ctx context.Context, e string) (bool, error) {
 // leaveN runs the leave script for entry e and returns its answer (1, 0 or -1, see there).
 func (p *RedisPresence) leaveN(ctx context.Context, e string) (int, error) {
 	app, ch, socket, user, _ := splitEntry(e)
-	return leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.NodeKey(p.node, "presence")},
+	return leaveScript.Run(ctx, p.rdb, []string{p.users(app, ch), p.sockets(app, ch), p.counts(app, ch), p.memberships(p.node, p.nodes.keys.Bucket(app, ch))},
 		socket, user, e).Int()
 }
 

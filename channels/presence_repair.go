@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
@@ -122,13 +124,12 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 	p.mu.Lock()
 	n := len(p.mirror)
 	p.mu.Unlock()
-	set := p.NodeKey(p.node, "presence")
-	card, err := p.rdb.SCard(ctx, set).Result()
+	card, err := p.count(ctx)
 	forced := p.verifyAll.Load()
 	if err != nil || (int(card) == n && !forced) || p.inflight.Load() != 0 || p.ops.Load() != ops {
 		return err
 	}
-	have, err := p.rdb.SMembers(ctx, set).Result()
+	have, err := p.all(ctx)
 	if err != nil {
 		return err
 	}
@@ -192,6 +193,40 @@ func sameEntries(have []string, mirror map[string]Member) bool {
 	return true
 }
 
+// count is how many memberships Redis holds for this node, over every bucket (one pipeline).
+func (p *RedisPresence) count(ctx context.Context) (int64, error) {
+	pipe := p.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, p.nodes.Buckets())
+	for b := range cmds {
+		cmds[b] = pipe.SCard(ctx, p.memberships(p.node, b))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+// all are this node's memberships Redis holds, over every bucket (one pipeline).
+func (p *RedisPresence) all(ctx context.Context) ([]string, error) {
+	pipe := p.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, p.nodes.Buckets())
+	for b := range cmds {
+		cmds[b] = pipe.SMembers(ctx, p.memberships(p.node, b))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range cmds {
+		out = append(out, c.Val()...)
+	}
+	return out, nil
+}
+
 func (p *RedisPresence) retryLeaves(ctx context.Context) error {
 	p.mu.Lock()
 	pending := p.pending
@@ -226,29 +261,50 @@ func (p *RedisPresence) retryLeaves(ctx context.Context) error {
 	return nil
 }
 
-// reapScript removes the given memberships (ARGV[3..], each as entry, socket, user) of a dead node and, once none are
-// left, forgets the node and deletes its other keys. KEYS are the node's membership set, the
-// node heartbeat set, then the sockets, counts and users hashes of each membership in turn,
-// then the node's other keys: every key arrives in KEYS, as Redis Cluster requires. A node
-// that heartbeated since it was found dead (ZSCORE above ARGV[2]) is left alone. A
-// membership another reaper already removed (SREM answers 0) is skipped, so concurrent
-// reapers remove each exactly once. It returns {done, i, ...}: the 1-based indexes of the
-// memberships whose user lost their last socket in the channel.
+// reapScript removes the given memberships (ARGV[4..], each as entry, socket, user) of a
+// dead node in one bucket and answers whether any are left. KEYS are the node's membership
+// set of the bucket, the node liveness (the heartbeat set, or the bucket's gates: ARGV[3]
+// says which), then the sockets, counts and users hashes of each membership in turn: every
+// key arrives in KEYS, as Redis Cluster requires. A node that heartbeated since it was found
+// dead (ZSCORE above ARGV[2]), or whose gate was opened again for a newer epoch than the one
+// it was marked at (ARGV[2]), is left alone. A membership another reaper already removed
+// (SREM answers 0) is skipped, so concurrent reapers remove each exactly once. It returns
+// {done, i, ...}: done 0 while memberships are left, 1 once none are, 2 when the node came
+// back; then the 1-based indexes of the memberships whose user lost their last socket in the
+// channel.
 var reapScript = redisx.Script("channels_reap")
 
-// Reap removes a node whose last heartbeat is not after cutoff, batch by batch, calling
-// OnGone for each user who left; it returns how many did. Survivors may reap the same node
-// concurrently: the script's SREM hands each membership to exactly one of them.
+// Reap removes a node whose last heartbeat is not after cutoff, bucket by bucket and batch
+// by batch, calling OnGone for each user who left; it returns how many did. Survivors may
+// reap the same node concurrently: the script's SREM hands each membership to exactly one of
+// them.
 func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time) (int, error) {
-	set := p.NodeKey(node, "presence")
+	bound := p.nodes.reapBound(node, cutoff)
 	gone := 0
+	for b := range p.nodes.Buckets() {
+		n, back, err := p.reapBucket(ctx, node, b, bound)
+		gone += n
+		if err != nil || back {
+			return gone, err
+		}
+	}
+	return gone, nil
+}
+
+// reapBucket reaps node's memberships of bucket b; back reports that the node came back.
+func (p *RedisPresence) reapBucket(ctx context.Context, node string, b int, bound int64) (gone int, back bool, err error) {
+	set := p.memberships(node, b)
+	live, mode := p.nodes.liveKey(b)
 	for {
 		batch, err := p.rdb.SRandMemberN(ctx, set, reapBatch).Result()
 		if err != nil {
-			return gone, err
+			return gone, false, err
 		}
-		keys := []string{set, p.nodeSet()}
-		args := []any{node, cutoff.UnixMilli()}
+		if len(batch) == 0 && mode == "g" {
+			return gone, false, nil // nothing to reap (the legacy script also checks the node set)
+		}
+		keys := []string{set, live}
+		args := []any{node, bound, mode}
 		for _, e := range batch {
 			app, ch, socket, user, _ := splitEntry(e)
 			keys = append(keys, p.sockets(app, ch), p.counts(app, ch), p.users(app, ch))
@@ -256,7 +312,7 @@ func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time)
 		}
 		res, err := reapScript.Run(ctx, p.rdb, keys, args...).Slice()
 		if err != nil {
-			return gone, err
+			return gone, false, err
 		}
 		for _, v := range res[1:] {
 			i, _ := v.(int64)
@@ -269,8 +325,27 @@ func (p *RedisPresence) Reap(ctx context.Context, node string, cutoff time.Time)
 				p.onGone(app, ch, user)
 			}
 		}
-		if done, _ := res[0].(int64); done == 1 {
-			return gone, nil
+		switch done, _ := res[0].(int64); done {
+		case 1:
+			return gone, false, nil
+		case 2:
+			return gone, true, nil
 		}
 	}
+}
+
+// NodeBucketKey is the registry's per-node key of bucket b (RedisNodes.NodeBucketKey).
+func (p *RedisPresence) NodeBucketKey(node, suffix string, b int) string {
+	return p.nodes.NodeBucketKey(node, suffix, b)
+}
+
+// Buckets is the registry's bucket count (RedisNodes.Buckets).
+func (p *RedisPresence) Buckets() int { return p.nodes.Buckets() }
+
+// SocketBucket is the bucket of a socket's per-node entries (RedisNodes.SocketBucket).
+func (p *RedisPresence) SocketBucket(socketID string) int { return p.nodes.SocketBucket(socketID) }
+
+// TrackNodeBucketState registers per-node bucket state (RedisNodes.TrackNodeBucketState).
+func (p *RedisPresence) TrackNodeBucketState(resync func(context.Context) error, suffixes ...string) {
+	p.nodes.TrackNodeBucketState(resync, suffixes...)
 }

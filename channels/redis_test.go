@@ -54,6 +54,26 @@ func runRedisBroker(t *testing.T, be testutil.RedisBackend, routing channels.Rou
 	})
 }
 
+// layout is a key layout the Redis stores are tested under: the legacy single-tag one and
+// the spread one (presence, counts and the socket index in their channel's bucket).
+type layout struct {
+	name string
+	keys func() *channels.KeySpace // a fresh key space, isolating cases on a shared server
+}
+
+func layouts() []layout {
+	return []layout{
+		{"legacy", func() *channels.KeySpace { return channels.LegacyKeySpace(testPrefix()) }},
+		{"spread", func() *channels.KeySpace { return channels.NewKeySpace("test:"+uuid.NewString(), true) }},
+	}
+}
+
+func newRedisPresenceIn(t *testing.T, rdb redis.UniversalClient, ks *channels.KeySpace, node string, ttl time.Duration, onGone func(app, ch, user string)) *channels.RedisPresence {
+	p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Keys: ks, NodeID: node, NodeTimeout: ttl, OnGone: onGone})
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
 func newRedisPresence(t *testing.T, rdb redis.UniversalClient, prefix, node string, ttl time.Duration, onGone func(app, ch, user string)) *channels.RedisPresence {
 	p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeID: node, NodeTimeout: ttl, OnGone: onGone})
 	t.Cleanup(func() { _ = p.Close() })
@@ -62,11 +82,13 @@ func newRedisPresence(t *testing.T, rdb redis.UniversalClient, prefix, node stri
 
 func TestRedisPresence(t *testing.T) {
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			channelstest.RunPresence(t, func(t *testing.T) channels.PresenceStore {
-				return newRedisPresence(t, be.Client(t), testPrefix(), "", 0, nil)
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				channelstest.RunPresence(t, func(t *testing.T) channels.PresenceStore {
+					return newRedisPresenceIn(t, be.Client(t), l.keys(), "", 0, nil)
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -92,35 +114,37 @@ func TestRedisPresenceTwoNodes(t *testing.T) {
 	ctx := context.Background()
 	m := channels.Member{UserID: "u1", Info: []byte(`{"name":"a"}`)}
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			prefix := testPrefix()
-			a := newRedisPresence(t, be.Client(t), prefix, "A", 0, nil)
-			b := newRedisPresence(t, be.Client(t), prefix, "B", 0, nil)
-			steps := []struct {
-				name string
-				do   func() (bool, error)
-				want bool
-			}{
-				{"join on A is first", func() (bool, error) { return a.Join(ctx, "app", "presence-r", "1.1", m) }, true},
-				{"same user on B is not first", func() (bool, error) { return b.Join(ctx, "app", "presence-r", "2.1", m) }, false},
-				{"leave on A is not last", func() (bool, error) { return a.Leave(ctx, "app", "presence-r", "1.1", "u1") }, false},
-				{"leave on B is last", func() (bool, error) { return b.Leave(ctx, "app", "presence-r", "2.1", "u1") }, true},
-			}
-			for i, st := range steps {
-				got, err := st.do()
-				if err != nil || got != st.want {
-					t.Fatalf("%s: got %v err %v, want %v", st.name, got, err, st.want)
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				ks := l.keys()
+				a := newRedisPresenceIn(t, be.Client(t), ks, "A", 0, nil)
+				b := newRedisPresenceIn(t, be.Client(t), ks, "B", 0, nil)
+				steps := []struct {
+					name string
+					do   func() (bool, error)
+					want bool
+				}{
+					{"join on A is first", func() (bool, error) { return a.Join(ctx, "app", "presence-r", "1.1", m) }, true},
+					{"same user on B is not first", func() (bool, error) { return b.Join(ctx, "app", "presence-r", "2.1", m) }, false},
+					{"leave on A is not last", func() (bool, error) { return a.Leave(ctx, "app", "presence-r", "1.1", "u1") }, false},
+					{"leave on B is last", func() (bool, error) { return b.Leave(ctx, "app", "presence-r", "2.1", "u1") }, true},
 				}
-				if i == 1 {
-					for _, p := range []*channels.RedisPresence{a, b} {
-						ms, err := p.Members(ctx, "app", "presence-r")
-						if err != nil || len(ms) != 1 || ms[0].UserID != "u1" || string(ms[0].Info) != `{"name":"a"}` {
-							t.Fatalf("one member on both nodes: %+v %v", ms, err)
+				for i, st := range steps {
+					got, err := st.do()
+					if err != nil || got != st.want {
+						t.Fatalf("%s: got %v err %v, want %v", st.name, got, err, st.want)
+					}
+					if i == 1 {
+						for _, p := range []*channels.RedisPresence{a, b} {
+							ms, err := p.Members(ctx, "app", "presence-r")
+							if err != nil || len(ms) != 1 || ms[0].UserID != "u1" || string(ms[0].Info) != `{"name":"a"}` {
+								t.Fatalf("one member on both nodes: %+v %v", ms, err)
+							}
 						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -130,38 +154,40 @@ func TestRedisPresenceTwoNodes(t *testing.T) {
 func TestRedisPresenceReapsDeadNode(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			prefix := testPrefix()
-			const ttl = 300 * time.Millisecond
-			var g gone
-			dead := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeID: "dead", NodeTimeout: ttl})
-			if err := dead.Heartbeat(ctx); err != nil { // one heartbeat, then silence: a crash
-				t.Fatal(err)
-			}
-			alive := newRedisPresence(t, be.Client(t), prefix, "alive", ttl, g.add)
-			for _, j := range []struct {
-				p          *channels.RedisPresence
-				sock, user string
-			}{{dead, "1.1", "u1"}, {dead, "1.2", "u1"}, {dead, "1.3", "u2"}, {alive, "2.1", "u2"}, {dead, "1.4", "u3"}} {
-				if _, err := j.p.Join(ctx, "app", "presence-r", j.sock, channels.Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				ks := l.keys()
+				const ttl = 300 * time.Millisecond
+				var g gone
+				dead := channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Keys: ks, NodeID: "dead", NodeTimeout: ttl})
+				if err := dead.Heartbeat(ctx); err != nil { // one heartbeat, then silence: a crash
 					t.Fatal(err)
 				}
-			}
-			alive.Start()
-			testutil.WaitFor(t, "the dead node reaped", func() bool { return len(g.list()) == 2 })
-			got := g.list()
-			slices.Sort(got)
-			if !slices.Equal(got, []string{"app/presence-r/u1", "app/presence-r/u3"}) {
-				t.Fatalf("gone = %q", got)
-			}
-			ms, err := alive.Members(ctx, "app", "presence-r")
-			if err != nil || len(ms) != 1 || ms[0].UserID != "u2" {
-				t.Fatalf("members after reap: %+v %v", ms, err)
-			}
-			if last, err := alive.Leave(ctx, "app", "presence-r", "2.1", "u2"); err != nil || !last {
-				t.Fatalf("u2's remaining socket leaving: last=%v err=%v", last, err)
-			}
-		})
+				alive := newRedisPresenceIn(t, be.Client(t), ks, "alive", ttl, g.add)
+				for _, j := range []struct {
+					p          *channels.RedisPresence
+					sock, user string
+				}{{dead, "1.1", "u1"}, {dead, "1.2", "u1"}, {dead, "1.3", "u2"}, {alive, "2.1", "u2"}, {dead, "1.4", "u3"}} {
+					if _, err := j.p.Join(ctx, "app", "presence-r", j.sock, channels.Member{UserID: j.user, Info: []byte(`{}`)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				alive.Start()
+				testutil.WaitFor(t, "the dead node reaped", func() bool { return len(g.list()) == 2 })
+				got := g.list()
+				slices.Sort(got)
+				if !slices.Equal(got, []string{"app/presence-r/u1", "app/presence-r/u3"}) {
+					t.Fatalf("gone = %q", got)
+				}
+				ms, err := alive.Members(ctx, "app", "presence-r")
+				if err != nil || len(ms) != 1 || ms[0].UserID != "u2" {
+					t.Fatalf("members after reap: %+v %v", ms, err)
+				}
+				if last, err := alive.Leave(ctx, "app", "presence-r", "2.1", "u2"); err != nil || !last {
+					t.Fatalf("u2's remaining socket leaving: last=%v err=%v", last, err)
+				}
+			})
+		}
 	}
 }
 
@@ -229,60 +255,62 @@ func TestRedisPresenceRetriesFailedLeave(t *testing.T) {
 func TestRedisOccupancy(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range backends(t) {
-		t.Run(be.Name, func(t *testing.T) {
-			prefix := testPrefix()
-			const ttl = 600 * time.Millisecond
-			var regs [2]*channels.Registry
-			var occs [2]*channels.RedisOccupancy
-			var pres [2]*channels.RedisPresence
-			for i := range regs {
-				pres[i] = channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Prefix: prefix, NodeTimeout: ttl})
-				occs[i] = channels.NewRedisOccupancy(pres[i], "private-toolmark.", nil)
-				t.Cleanup(occs[i].Close)
-				regs[i] = channels.NewRegistry(channels.Options{Presence: pres[i], Occupancy: occs[i]})
-				if err := pres[i].Heartbeat(ctx); err != nil {
-					t.Fatal(err)
+		for _, l := range layouts() {
+			t.Run(be.Name+"/"+l.name, func(t *testing.T) {
+				ks := l.keys()
+				const ttl = 1500 * time.Millisecond // room for the spread layout's first heartbeats on miniredis under -race
+				var regs [2]*channels.Registry
+				var occs [2]*channels.RedisOccupancy
+				var pres [2]*channels.RedisPresence
+				for i := range regs {
+					pres[i] = channels.NewRedisPresence(be.Client(t), channels.RedisPresenceOptions{Keys: ks, NodeTimeout: ttl})
+					occs[i] = channels.NewRedisOccupancy(pres[i], "private-toolmark.", nil)
+					t.Cleanup(occs[i].Close)
+					regs[i] = channels.NewRegistry(channels.Options{Presence: pres[i], Occupancy: occs[i]})
+					if err := pres[i].Heartbeat(ctx); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			regs[0].Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
-			regs[1].Subscribe("app", "news", &channelstest.Sink{ID: "2.1"})
-			regs[1].Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "2.1"})
-			// Written through: node A sees it as soon as Subscribe returned on node B.
-			if n, err := occs[0].SubscriptionCount(ctx, "app", "private-toolmark.u1.c1"); err != nil || n != 1 {
-				t.Fatalf("written-through channel right after its subscribe: %d %v", n, err)
-			}
-			regs[1].Subscribe("app2", "news", &channelstest.Sink{ID: "2.2"})
-			testutil.WaitFor(t, "counts from both nodes", func() bool {
-				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
-				return err == nil && n == 2
+				regs[0].Subscribe("app", "news", &channelstest.Sink{ID: "1.1"})
+				regs[1].Subscribe("app", "news", &channelstest.Sink{ID: "2.1"})
+				regs[1].Subscribe("app", "private-toolmark.u1.c1", &channelstest.Sink{ID: "2.1"})
+				// Written through: node A sees it as soon as Subscribe returned on node B.
+				if n, err := occs[0].SubscriptionCount(ctx, "app", "private-toolmark.u1.c1"); err != nil || n != 1 {
+					t.Fatalf("written-through channel right after its subscribe: %d %v", n, err)
+				}
+				regs[1].Subscribe("app2", "news", &channelstest.Sink{ID: "2.2"})
+				testutil.WaitFor(t, "counts from both nodes", func() bool {
+					n, err := occs[0].SubscriptionCount(ctx, "app", "news")
+					return err == nil && n == 2
+				})
+				list, err := occs[0].Channels(ctx, "app", "")
+				if err != nil || len(list) != 2 || list[0] != (channels.ChannelInfo{Name: "news", SubscriptionCount: 2}) || list[1].Name != "private-toolmark.u1.c1" {
+					t.Fatalf("channels = %+v %v", list, err)
+				}
+				regs[1].Unsubscribe("app", "private-toolmark.u1.c1", "2.1")
+				// Written through: gone from node A's answer without waiting for a batch.
+				if n, err := occs[0].SubscriptionCount(ctx, "app", "private-toolmark.u1.c1"); err != nil || n != 0 {
+					t.Fatalf("written-through channel after its unsubscribe: %d %v", n, err)
+				}
+				occs[0].SetConnections(func() map[string]int64 { return map[string]int64{"app": 1} })
+				occs[1].SetConnections(func() map[string]int64 { return map[string]int64{"app": 3, "app2": 1} })
+				testutil.WaitFor(t, "node B's connections seen from A", func() bool {
+					n, err := occs[0].RemoteConnections(ctx, "app")
+					return err == nil && n == 3
+				})
+				if n, err := occs[1].RemoteConnections(ctx, "app2"); err != nil || n != 0 {
+					t.Fatalf("app2 elsewhere: %d %v", n, err)
+				}
+				// Node B goes silent: A keeps heartbeating and stops counting B.
+				pres[0].Start()
+				t.Cleanup(func() { _ = pres[0].Close() })
+				testutil.WaitFor(t, "node B to drop out", func() bool {
+					n, err := occs[0].SubscriptionCount(ctx, "app", "news")
+					c, cerr := occs[0].RemoteConnections(ctx, "app")
+					return err == nil && n == 1 && cerr == nil && c == 0
+				})
 			})
-			list, err := occs[0].Channels(ctx, "app", "")
-			if err != nil || len(list) != 2 || list[0] != (channels.ChannelInfo{Name: "news", SubscriptionCount: 2}) || list[1].Name != "private-toolmark.u1.c1" {
-				t.Fatalf("channels = %+v %v", list, err)
-			}
-			regs[1].Unsubscribe("app", "private-toolmark.u1.c1", "2.1")
-			// Written through: gone from node A's answer without waiting for a batch.
-			if n, err := occs[0].SubscriptionCount(ctx, "app", "private-toolmark.u1.c1"); err != nil || n != 0 {
-				t.Fatalf("written-through channel after its unsubscribe: %d %v", n, err)
-			}
-			occs[0].SetConnections(func() map[string]int64 { return map[string]int64{"app": 1} })
-			occs[1].SetConnections(func() map[string]int64 { return map[string]int64{"app": 3, "app2": 1} })
-			testutil.WaitFor(t, "node B's connections seen from A", func() bool {
-				n, err := occs[0].RemoteConnections(ctx, "app")
-				return err == nil && n == 3
-			})
-			if n, err := occs[1].RemoteConnections(ctx, "app2"); err != nil || n != 0 {
-				t.Fatalf("app2 elsewhere: %d %v", n, err)
-			}
-			// Node B goes silent: A keeps heartbeating and stops counting B.
-			pres[0].Start()
-			t.Cleanup(func() { _ = pres[0].Close() })
-			testutil.WaitFor(t, "node B to drop out", func() bool {
-				n, err := occs[0].SubscriptionCount(ctx, "app", "news")
-				c, cerr := occs[0].RemoteConnections(ctx, "app")
-				return err == nil && n == 1 && cerr == nil && c == 0
-			})
-		})
+		}
 	}
 }
 

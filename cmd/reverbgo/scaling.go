@@ -147,7 +147,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		return nil, fmt.Errorf("scaling: subscribing to %q: %w", channel, err)
 	}
 	c.nodes = channels.NewRedisNodes(c.rdb, channels.RedisNodesOptions{
-		Prefix: prefix, NodeID: c.node, Logger: logger,
+		Keys: c.keys, NodeID: c.node, Logger: logger,
 		NodeTimeout: time.Duration(cfg.Scaling.NodeTimeout) * time.Second,
 	})
 	c.presence = channels.NewRedisPresence(c.rdb, channels.RedisPresenceOptions{

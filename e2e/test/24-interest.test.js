@@ -1,6 +1,6 @@
 'use strict';
 // Interest routing (scaling.routing: interest, the default), black-box: three built binaries
-// on standalone Redis and on a three-master Redis Cluster, driven with pusher-js and the
+// on standalone Redis, on Sentinel and on a three-master Redis Cluster, driven with pusher-js and the
 // `pusher` SDK. A node with no subscriber of a channel receives none of its publishes
 // (reverbgo_cluster_messages_received_total and Redis PUBSUB say so); a client that got
 // subscription_succeeded gets the events published afterwards through another node, under
@@ -35,14 +35,16 @@ async function received(node) {
   return v;
 }
 
-for (const kind of ['standalone', 'cluster']) {
+for (const kind of ['standalone', 'sentinel', 'cluster']) {
   describe(`interest routing on ${kind} Redis`, { skip: !haveRedis(kind) && `${kind} Redis binaries not installed` }, () => {
     let topo;
     let nodes;
     let ports; // every Redis server of the topology (the masters, on a Cluster)
     before(async () => {
       topo = await startTopology(kind);
-      ports = kind === 'cluster' ? topo.vars.CLUSTER_ADDRS.split(',').map((a) => a.split(':')[1]) : [new URL(topo.vars.REDIS_URL).port];
+      if (kind === 'cluster') ports = topo.vars.CLUSTER_ADDRS.split(',').map((a) => a.split(':')[1]);
+      else if (kind === 'sentinel') ports = [topo.vars.MASTER_PORT];
+      else ports = [new URL(topo.vars.REDIS_URL).port];
       nodes = await startNodes(topo, 3, { apps: APPS, extra: { metrics: { enabled: true } } });
     });
     after(async () => {
@@ -141,6 +143,37 @@ for (const kind of ['standalone', 'cluster']) {
           assert.ok(c.shard > 300 / 3 / 2, `master ${i + 1} carries a fair share of the shard channels (${c.shard} of 300)`);
         }
         assert.equal(counts.reduce((n, c) => n + c.shard, 0), 300, 'one routed shard channel per channel');
+      });
+
+      test('300 presence channels put presence, counts and node keys on all three masters', async (t) => {
+        // Presence hashes (pu/ps/pc), each node's membership sets and count hashes live in the
+        // channel's bucket: none of the masters carries most of the presence work.
+        const names = Array.from({ length: 300 }, () => uid('presence-spread.'));
+        for (const [i, node] of nodes.entries()) {
+          for (let k = 0; k < 5; k++) {
+            const p = await client(t, node, `u${i}-${k}`);
+            await Promise.all(names.slice(i * 100 + k * 20, i * 100 + (k + 1) * 20).map((n) => subscribe(p, n, 30000)));
+          }
+        }
+        const keysOn = (port) => lines(redisCli(port, '--scan', '--pattern', `*reverbgo:${nodes.channel}*`));
+        const presenceOn = (port) => keysOn(port).filter((k) => /}:p[usc]:presence-spread\./.test(k));
+        await eventually(() => ports.reduce((n, p) => n + presenceOn(p).length, 0) === 900, { what: 'the 300 channels\' presence hashes' });
+        const counts = ports.map((p) => ({ keys: keysOn(p).length, presence: presenceOn(p).length }));
+        const total = counts.reduce((n, c) => n + c.keys, 0);
+        t.diagnostic(`keys (all) and presence hashes per master: ${JSON.stringify(counts)} of ${total}`);
+        for (const [i, c] of counts.entries()) {
+          assert.ok(c.keys > 0, `master ${i + 1} holds some of the keys`);
+          assert.ok(c.keys <= total * 0.6, `master ${i + 1} holds at most 60 % of the keys (${c.keys} of ${total})`);
+          assert.ok(c.presence > 0 && c.presence <= 900 * 0.6, `master ${i + 1} holds a share of the presence hashes (${c.presence} of 900)`);
+        }
+        // Cluster-wide answers still hold, asked of any node.
+        const last = names[names.length - 1];
+        for (const node of nodes) {
+          const body = await sdk(node).get({ path: `/channels/${last}/users` }).then((r) => r.json());
+          assert.deepEqual(body.users.map((u) => u.id), ['u2-4'], `users of a presence channel asked of ${node.url}`);
+          const info = await sdk(node).get({ path: `/channels/${last}`, params: { info: 'user_count' } }).then((r) => r.json());
+          assert.equal(info.user_count, 1, `user_count asked of ${node.url}`);
+        }
       });
     }
   });

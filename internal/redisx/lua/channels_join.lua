@@ -1,4 +1,5 @@
-local alive = redis.call('ZSCORE', KEYS[5], ARGV[5])
+local alive
+if ARGV[6] == 'g' then alive = redis.call('HGET', KEYS[5], ARGV[5]) else alive = redis.call('ZSCORE', KEYS[5], ARGV[5]) end
 if not alive or tonumber(alive) < 0 then return -1 end
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])

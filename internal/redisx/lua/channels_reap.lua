@@ -1,9 +1,10 @@
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if score and tonumber(score) > tonumber(ARGV[2]) then return {1} end
+local score
+if ARGV[3] == 'g' then score = redis.call('HGET', KEYS[2], ARGV[1]) else score = redis.call('ZSCORE', KEYS[2], ARGV[1]) end
+if score and tonumber(score) > tonumber(ARGV[2]) then return {2} end
 local out = {0}
-local n = (#ARGV - 2) / 3
+local n = (#ARGV - 3) / 3
 for i = 1, n do
-  local e, socket, user = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
+  local e, socket, user = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
   if redis.call('SREM', KEYS[1], e) == 1 then
     local S, C, U = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
     if redis.call('HGET', S, socket) == user then
