@@ -18,7 +18,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -132,40 +131,11 @@ func run(args []string, out io.Writer) int {
 func (s *chaos) run(parent context.Context) (bool, error) {
 	o := s.o
 	s.logf("chaos: %s topology, %s, a fault every %s; logs in %s", o.topology, o.duration, o.every, o.out)
-	s.redisDir = filepath.Join(o.out, "redis")
-	env, err := startRedis(o.root, scriptTopology(o.topology), s.redisDir)
+	cleanup, err := s.startCluster(parent)
 	if err != nil {
 		return false, err
 	}
-	s.redis = env
-	defer stopRedis(o.root, s.redisDir)
-	if s.rcv, err = startReceiver(o.hang); err != nil {
-		return false, err
-	}
-	s.cl = &cluster{}
-	for i := range 3 {
-		n := &node{i: i, addr: freeAddr(), cfgPath: filepath.Join(o.out, "node"+strconv.Itoa(i)+".yaml"),
-			logPath: filepath.Join(o.out, "node"+strconv.Itoa(i)+".log")}
-		if err := o.writeConfig(n, env, s.rcv.url()); err != nil {
-			return false, err
-		}
-		if err := n.start(o.bin); err != nil {
-			return false, err
-		}
-		s.cl.nodes = append(s.cl.nodes, n)
-	}
-	defer func() {
-		for _, n := range s.cl.nodes {
-			n.signal(syscall.SIGCONT)
-			n.signal(syscall.SIGKILL)
-			n.waitExit(5 * time.Second)
-		}
-	}()
-	for _, n := range s.cl.nodes {
-		if err := n.waitUp(parent, 15*time.Second); err != nil {
-			return false, err
-		}
-	}
+	defer cleanup()
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
 	s.startLoad(ctx)

@@ -37,6 +37,52 @@ type metricsSnapshot struct {
 	rss, goroutines, dropped, received float64
 }
 
+// startCluster starts the topology's Redis, the webhook receiver and the three nodes, and
+// waits until every node is up; cleanup kills the nodes and stops Redis.
+func (s *chaos) startCluster(ctx context.Context) (cleanup func(), err error) {
+	o := s.o
+	s.redisDir = filepath.Join(o.out, "redis")
+	env, err := startRedis(o.root, scriptTopology(o.topology), s.redisDir)
+	if err != nil {
+		return nil, err
+	}
+	s.redis = env
+	s.cl = &cluster{}
+	cleanup = func() {
+		for _, n := range s.cl.nodes {
+			n.signal(syscall.SIGCONT)
+			n.signal(syscall.SIGKILL)
+			n.waitExit(5 * time.Second)
+		}
+		stopRedis(o.root, s.redisDir)
+	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	if s.rcv, err = startReceiver(o.hang); err != nil {
+		return nil, err
+	}
+	for i := range 3 {
+		n := &node{i: i, addr: freeAddr(), cfgPath: filepath.Join(o.out, "node"+strconv.Itoa(i)+".yaml"),
+			logPath: filepath.Join(o.out, "node"+strconv.Itoa(i)+".log")}
+		if err = o.writeConfig(n, env, s.rcv.url()); err != nil {
+			return nil, err
+		}
+		if err = n.start(o.bin); err != nil {
+			return nil, err
+		}
+		s.cl.nodes = append(s.cl.nodes, n)
+	}
+	for _, n := range s.cl.nodes {
+		if err = n.waitUp(ctx, 15*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return cleanup, nil
+}
+
 // redisEnv is what scripts/redis-topologies.sh printed for the chosen topology.
 type redisEnv map[string]string
 

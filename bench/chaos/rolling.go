@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,38 +45,11 @@ type rollPub struct {
 func (s *chaos) rolling(parent context.Context) (bool, error) {
 	o := s.o
 	s.logf("rolling: %d clients on %d channels, %d events/s, recovery %v; logs in %s", o.clients, o.channels, o.rate, o.recovery, o.out)
-	s.redisDir = filepath.Join(o.out, "redis")
-	env, err := startRedis(o.root, scriptTopology(o.topology), s.redisDir)
+	cleanup, err := s.startCluster(parent)
 	if err != nil {
 		return false, err
 	}
-	defer stopRedis(o.root, s.redisDir)
-	if s.rcv, err = startReceiver(o.hang); err != nil {
-		return false, err
-	}
-	s.cl = &cluster{}
-	for i := range 3 {
-		n := &node{i: i, addr: freeAddr(), cfgPath: filepath.Join(o.out, "node"+strconv.Itoa(i)+".yaml"),
-			logPath: filepath.Join(o.out, "node"+strconv.Itoa(i)+".log")}
-		if err := o.writeConfig(n, env, s.rcv.url()); err != nil {
-			return false, err
-		}
-		if err := n.start(o.bin); err != nil {
-			return false, err
-		}
-		s.cl.nodes = append(s.cl.nodes, n)
-	}
-	defer func() {
-		for _, n := range s.cl.nodes {
-			n.signal(syscall.SIGKILL)
-			n.waitExit(5 * time.Second)
-		}
-	}()
-	for _, n := range s.cl.nodes {
-		if err := n.waitUp(parent, 15*time.Second); err != nil {
-			return false, err
-		}
-	}
+	defer cleanup()
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
 	rollers := make([]*roller, o.clients)

@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/internal/redisx"
-	"github.com/reverbgo/reverbgo/internal/testenv"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // TestARemakeLosesNothingOfALiveConnection: a re-make of a connection that was alive after
@@ -20,17 +19,9 @@ import (
 // meanwhile arrives (some twice: the owner drops repeats). Breaking first lost every message
 // published between the close and the new SUBSCRIBE.
 func TestARemakeLosesNothingOfALiveConnection(t *testing.T) {
-	u := testenv.RedisURL(t)
-	if u == "" {
-		t.Skip("REVERBGO_TEST_REDIS_URL not set")
-	}
-	opt, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
+	rdb := testutil.RealRedis(t)
 	c := redisx.New(rdb, nil, nil)
-	t.Cleanup(func() { c.CloseSubs(); _ = rdb.Close() })
+	t.Cleanup(c.CloseSubs)
 	ch := "test:" + uuid.NewString()
 	var mu sync.Mutex
 	got := map[int]bool{}
