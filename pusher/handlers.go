@@ -401,10 +401,7 @@ func (c *Conn) cacheReplay(t onTask, name string) []byte {
 
 func (c *Conn) addSub(name string, sub subscription) {
 	c.subsMu.Lock()
-	if c.subs == nil {
-		c.subs = make(map[string]subscription, 1)
-	}
-	c.subs[name] = sub
+	c.subs.set(name, sub)
 	c.subsMu.Unlock()
 	c.observeSub(name, true)
 }
@@ -425,8 +422,7 @@ func (c *Conn) unsubscribe(at runsOn, name string) {
 
 func (c *Conn) unsubscribeNow(t onTask, name string) {
 	c.subsMu.Lock()
-	sub, ok := c.subs[name]
-	delete(c.subs, name)
+	sub, ok := c.subs.del(name)
 	c.subsMu.Unlock()
 	if ok {
 		c.leave(t, name, sub)
@@ -444,7 +440,7 @@ func (c *Conn) unsubscribeNow(t onTask, name string) {
 func (c *Conn) unbindIfUnused(user string) {
 	c.subsMu.RLock()
 	used := c.userID == user
-	for _, sub := range c.subs {
+	for _, sub := range c.subs.all() {
 		used = used || sub.userID == user
 	}
 	c.subsMu.RUnlock()
@@ -482,8 +478,7 @@ func (c *Conn) leave(t onTask, name string, sub subscription) {
 func (c *Conn) subscribed(name string) (subscription, bool) {
 	c.subsMu.RLock()
 	defer c.subsMu.RUnlock()
-	sub, ok := c.subs[name]
-	return sub, ok
+	return c.subs.get(name)
 }
 
 // clientEvent relays a client- event to the channel's other subscribers.
