@@ -131,7 +131,8 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 	}
 	var resume *resumeRequest
 	if rerr == nil {
-		resume = &res
+		r := res // only a resume escapes: res itself stays on the stack (issue 25)
+		resume = &r
 	}
 	cfg := c.app.cfg
 	kind := channels.KindOf(name)
