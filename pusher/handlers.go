@@ -257,6 +257,8 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resum
 		cancel()
 		frames = append(frames, c.cacheReplay(t, name))
 		b.Release(frames...)
+	} else if !c.srv.reg.Routes() {
+		b.Release(frames...) // every publish is local: no confirmation, no closure (issue 25)
 	} else {
 		// Under interest routing the answer waits (in the barrier, not on this goroutine) until
 		// this node's Redis subscription to the channel is confirmed: no lost first event. A
