@@ -70,7 +70,11 @@ type Conn struct {
 	heldBytes    int         // bytes held by barriers
 	writingBytes int         // bytes a blocking writer has taken and not yet written (in flight)
 	maxBytes     int
-	flushed      chan struct{} // closed on entering stateClosed (close frame sent or aborted)
+	// flushDone is set once the write side is finished (close frame sent, or aborted);
+	// flushed, made only by a cleanup that must wait for that (flushedChan), is closed then.
+	// An idle connection carries no channel (issue 25).
+	flushDone bool
+	flushed   chan struct{}
 
 	// Read by a poller (plain TCP on Linux) instead of readLoop: see poller_linux.go.
 	fd int32       // the socket's fd (the poller's key), set by register
@@ -431,13 +435,38 @@ func (c *Conn) abort(cause Cause) {
 	} else {
 		_ = c.netConn.Close()
 	}
-	close(c.flushed)
+	c.markFlushed()
+}
+
+// markFlushed records that the write side is finished and wakes a cleanup waiting for it.
+// Called once, by the move into stateClosed.
+func (c *Conn) markFlushed() {
+	c.mu.Lock()
+	c.flushDone = true
+	ch := c.flushed
+	c.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// flushedChan is closed once the write side is finished (at once if it already is).
+func (c *Conn) flushedChan() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.flushed == nil {
+		c.flushed = make(chan struct{})
+		if c.flushDone {
+			close(c.flushed)
+		}
+	}
+	return c.flushed
 }
 
 // finishClose half-closes after the close frame so the peer reads everything, and lets
 // the reader end on the peer's reply or after closeGrace.
 func (c *Conn) finishClose() {
-	defer close(c.flushed)
+	defer c.markFlushed()
 	if tc, ok := c.netConn.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 		if c.reader == readerPoller {
@@ -455,17 +484,8 @@ func (c *Conn) finishClose() {
 // mustAwaitFlush reports whether cleanup would wait for a queued close frame.
 func (c *Conn) mustAwaitFlush() bool {
 	c.mu.Lock()
-	closing := c.state == stateClosing || c.state == stateClosed
-	c.mu.Unlock()
-	if !closing {
-		return false
-	}
-	select {
-	case <-c.flushed:
-		return false
-	default:
-		return true
-	}
+	defer c.mu.Unlock()
+	return (c.state == stateClosing || c.state == stateClosed) && !c.flushDone
 }
 
 // cleanup ends the connection once its reader has ended and tells the Session why. Only
@@ -476,7 +496,7 @@ func (c *Conn) cleanup() {
 	c.mu.Unlock()
 	if closing { // let the close frame already queued reach the peer
 		select {
-		case <-c.flushed:
+		case <-c.flushedChan():
 		case <-time.After(closeGrace):
 		}
 	}

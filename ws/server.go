@@ -130,8 +130,7 @@ func (s *Server) Stop() {
 func (s *Server) newConn(d *Decision) *Conn {
 	return &Conn{
 		srv: s, session: d.Session, limit: d.MaxMessageSize, maxBytes: s.maxQueue,
-		flushed: make(chan struct{}),
-		fl:      s.flushers[int(fastrandn(uint32(len(s.flushers))))],
+		fl: s.flushers[int(fastrandn(uint32(len(s.flushers))))],
 	}
 }
 
