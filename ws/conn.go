@@ -48,36 +48,37 @@ const (
 // life (see connState, writerState and readerKind): where it is between open and ended,
 // who writes its socket now, and who reads it (fixed before the Session sees it).
 type Conn struct {
-	srv     *Server
+	srv     *Server // its maxQueue bounds the queue: one copy, not one per connection
 	session Session
-	limit   int // read limit of a data message, bytes (<= 0: none)
 	ws      *websocket.Conn
 	netConn net.Conn
 	raw     syscall.RawConn // plain TCP: written by the flusher; nil (TLS): slow path only
 	fl      *flusher
-	reader  readerKind // set by register before OnOpen, never changed
 	// deflater is set when the handshake negotiated permessage-deflate (deflate_offer.go).
 	deflater *Deflater
 
 	mu           sync.Mutex
-	state        connState
-	writer       writerState
-	cause        Cause       // recorded by the transition out of stateOpen
 	queue        net.Buffers // whole frames waiting for a writer, in order
 	spare        net.Buffers // a written batch's backing array, reused
 	barriers     []*Barrier  // open barriers and released ones behind an open one
 	queuedBytes  int         // bytes in queue
 	heldBytes    int         // bytes held by barriers
 	writingBytes int         // bytes a blocking writer has taken and not yet written (in flight)
-	maxBytes     int
 	// flushDone is set once the write side is finished (close frame sent, or aborted);
 	// flushed, made only by a cleanup that must wait for that (flushedChan), is closed then.
 	// An idle connection carries no channel (issue 25).
-	flushDone bool
-	flushed   chan struct{}
+	flushed chan struct{}
+
+	// The small fields together, so a Conn fits the 352-byte size class (issue 25).
+	limit     int32       // read limit of a data message, bytes (<= 0: none)
+	fd        int32       // the socket's fd (the poller's key, poller_linux.go), set by register
+	reader    readerKind  // set by register before OnOpen, never changed
+	state     connState   // mu
+	writer    writerState // mu
+	cause     Cause       // mu; recorded by the transition out of stateOpen
+	flushDone bool        // mu
 
 	// Read by a poller (plain TCP on Linux) instead of readLoop: see poller_linux.go.
-	fd int32       // the socket's fd (the poller's key), set by register
 	rd frameReader // frame parser state, owned by the poller
 
 	fdc fdConn // netConn and raw of a socket the fast listener upgraded (accept_linux.go)
@@ -166,7 +167,7 @@ func (c *Conn) WritePreframed(frame []byte) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if c.bufferedLocked()+len(frame) > c.maxBytes {
+	if c.bufferedLocked()+len(frame) > c.srv.maxQueue {
 		c.mu.Unlock()
 		c.abort(CauseOverflow)
 		return false

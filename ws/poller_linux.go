@@ -253,7 +253,7 @@ func (p *poller) read(c *Conn, events uint32) {
 	case rerr == unix.EAGAIN || n < 0:
 		return
 	}
-	switch res := c.rd.feed(p.buf[:n], c.limit, (*frames)(c)); res {
+	switch res := c.rd.feed(p.buf[:n], int(c.limit), (*frames)(c)); res {
 	case 0:
 		if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && n < len(p.buf) {
 			p.end(c) // the peer half-closed and everything it sent was read
