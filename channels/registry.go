@@ -235,6 +235,10 @@ func (r *Registry) Unsubscribe(app, name, socketID string) (remaining int, remov
 	return remaining, removed
 }
 
+// Routes reports whether subscribes wait for a routing confirmation (the broker is a
+// Router); without one WhenRouted runs fn at once, so a caller may skip building fn.
+func (r *Registry) Routes() bool { return r.router != nil }
+
 // WhenRouted runs fn(true) once publishes of the channel made on any node reach this node:
 // at once with a broker that does not route by interest or when the node's subscription is
 // confirmed, else when it is (or after a bound, see Router); fn(false) when the channel lost

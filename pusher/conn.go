@@ -37,7 +37,7 @@ type Conn struct {
 	tasks taskQueue // work that may wait on Redis, run in order off the poller (tasks.go)
 
 	subsMu sync.RWMutex // guards subs and userID for readers outside the read loop
-	subs   map[string]subscription
+	subs   subSet
 	userID string // signed-in user ("" when not signed in)
 
 	rateWindow int64 // unix second of the client-event window (reader goroutine only)
@@ -135,8 +135,8 @@ func (c *Conn) isClosing() bool { return c.ws.Closing() }
 func (c *Conn) Channels() []string {
 	c.subsMu.RLock()
 	defer c.subsMu.RUnlock()
-	out := make([]string, 0, len(c.subs))
-	for name := range c.subs {
+	out := make([]string, 0, c.subs.len())
+	for name := range c.subs.all() {
 		out = append(out, name)
 	}
 	return out

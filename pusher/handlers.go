@@ -131,7 +131,8 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 	}
 	var resume *resumeRequest
 	if rerr == nil {
-		resume = &res
+		r := res // only a resume escapes: res itself stays on the stack (issue 25)
+		resume = &r
 	}
 	cfg := c.app.cfg
 	kind := channels.KindOf(name)
@@ -256,6 +257,8 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resum
 		cancel()
 		frames = append(frames, c.cacheReplay(t, name))
 		b.Release(frames...)
+	} else if !c.srv.reg.Routes() {
+		b.Release(frames...) // every publish is local: no confirmation, no closure (issue 25)
 	} else {
 		// Under interest routing the answer waits (in the barrier, not on this goroutine) until
 		// this node's Redis subscription to the channel is confirmed: no lost first event. A
@@ -401,10 +404,7 @@ func (c *Conn) cacheReplay(t onTask, name string) []byte {
 
 func (c *Conn) addSub(name string, sub subscription) {
 	c.subsMu.Lock()
-	if c.subs == nil {
-		c.subs = make(map[string]subscription, 1)
-	}
-	c.subs[name] = sub
+	c.subs.set(name, sub)
 	c.subsMu.Unlock()
 	c.observeSub(name, true)
 }
@@ -425,8 +425,7 @@ func (c *Conn) unsubscribe(at runsOn, name string) {
 
 func (c *Conn) unsubscribeNow(t onTask, name string) {
 	c.subsMu.Lock()
-	sub, ok := c.subs[name]
-	delete(c.subs, name)
+	sub, ok := c.subs.del(name)
 	c.subsMu.Unlock()
 	if ok {
 		c.leave(t, name, sub)
@@ -444,7 +443,7 @@ func (c *Conn) unsubscribeNow(t onTask, name string) {
 func (c *Conn) unbindIfUnused(user string) {
 	c.subsMu.RLock()
 	used := c.userID == user
-	for _, sub := range c.subs {
+	for _, sub := range c.subs.all() {
 		used = used || sub.userID == user
 	}
 	c.subsMu.RUnlock()
@@ -482,8 +481,7 @@ func (c *Conn) leave(t onTask, name string, sub subscription) {
 func (c *Conn) subscribed(name string) (subscription, bool) {
 	c.subsMu.RLock()
 	defer c.subsMu.RUnlock()
-	sub, ok := c.subs[name]
-	return sub, ok
+	return c.subs.get(name)
 }
 
 // clientEvent relays a client- event to the channel's other subscribers.

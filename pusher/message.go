@@ -30,10 +30,10 @@ var errMalformed = errors.New("invalid message format")
 
 // DecodeClientMessage parses one client frame. It never panics on arbitrary input.
 func DecodeClientMessage(b []byte) (ClientMessage, error) {
-	var m ClientMessage
+	var m ClientMessage // on the stack: only the fallback's copy goes through encoding/json
 	if !fastClientMessage(b, &m) {
 		m = ClientMessage{}
-		if err := json.Unmarshal(b, &m); err != nil {
+		if err := unmarshalClientMessage(b, &m); err != nil {
 			return m, errMalformed
 		}
 	}
@@ -41,6 +41,23 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		return m, errMalformed
 	}
 	return m, nil
+}
+
+// unmarshalClientMessage is DecodeClientMessage's fallback; what encoding/json fills
+// escapes to the heap, so it fills a copy of its own instead of the caller's value.
+func unmarshalClientMessage(b []byte, m *ClientMessage) error {
+	var v ClientMessage
+	err := json.Unmarshal(b, &v)
+	*m = v
+	return err
+}
+
+// unmarshalSubscribe is DecodeSubscribe's fallback, for the same reason.
+func unmarshalSubscribe(d []byte, s *SubscribeData) error {
+	var v SubscribeData
+	err := json.Unmarshal(d, &v)
+	*s = v
+	return err
 }
 
 // unwrapData returns data as JSON: Java and Flutter clients send the object as a JSON string.
@@ -65,7 +82,7 @@ func DecodeSubscribe(data json.RawMessage) (SubscribeData, error) {
 	}
 	if !fastSubscribe(d, &s) {
 		s = SubscribeData{}
-		if err := json.Unmarshal(d, &s); err != nil {
+		if err := unmarshalSubscribe(d, &s); err != nil {
 			return s, errMalformed
 		}
 	}

@@ -180,7 +180,7 @@ func (s *Server) presenceMembers() map[string]int {
 	out := make(map[string]int)
 	s.sockets.each(func(c *Conn) {
 		c.subsMu.RLock()
-		for name, sub := range c.subs {
+		for name, sub := range c.subs.all() {
 			if sub.userID == "" {
 				continue
 			}

@@ -167,7 +167,11 @@ func newSocketID() string {
 	}
 	a := binary.LittleEndian.Uint64(b[:8]) % 1_000_000_000_000
 	c := binary.LittleEndian.Uint64(b[8:]) % 1_000_000_000_000
-	return strconv.FormatUint(a, 10) + "." + strconv.FormatUint(c, 10)
+	var id [32]byte // one allocation, the string (two FormatUint and a concatenation made three)
+	d := strconv.AppendUint(id[:0], a, 10)
+	d = append(d, '.')
+	d = strconv.AppendUint(d, c, 10)
+	return string(d)
 }
 
 // ConnectionCount is the number of open sockets of an app on this node.

@@ -74,8 +74,8 @@ func TokenHash(token string) string {
 func (s *Server) Subscriptions(socketID string) (appID string, subs map[string]string, ok bool) {
 	if c := s.sockets.get(socketID); c != nil {
 		c.subsMu.RLock()
-		subs = make(map[string]string, len(c.subs))
-		for name, sub := range c.subs {
+		subs = make(map[string]string, c.subs.len())
+		for name, sub := range c.subs.all() {
 			if sub.token != "" {
 				subs[name] = TokenHash(sub.token)
 			} else {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/url"
 	"strconv"
+	"unsafe"
 
 	"github.com/reverbgo/reverbgo/ws"
 )
@@ -58,7 +59,7 @@ func appendEstablished(dst []byte, socketID string, activityTimeout int) []byte 
 	d = append(d, '}')
 	var ev [192]byte
 	e := append(ev[:0], `{"event":"pusher:connection_established","data":`...)
-	e = appendJSONString(e, string(d))
+	e = appendJSONString(e, unsafe.String(unsafe.SliceData(d), len(d))) // copied, not kept: no string made
 	e = append(e, '}')
 	return ws.AppendTextFrame(dst, e)
 }

@@ -176,10 +176,10 @@ func (c *Conn) leaveAll(t onTask) {
 	s := c.srv
 	c.subsMu.Lock()
 	subs := c.subs
-	c.subs = nil
+	c.subs = subSet{}
 	user := c.userID
 	c.subsMu.Unlock()
-	for name, sub := range subs {
+	for name, sub := range subs.all() {
 		c.leave(t, name, sub)
 		if sub.userID != "" {
 			s.sockets.unbindUser(c.app.cfg.ID, sub.userID, c)

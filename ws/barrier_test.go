@@ -46,7 +46,7 @@ func TestWriteBarrierOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &Conn{srv: &Server{}, maxBytes: 1 << 20, flushed: make(chan struct{}), writer: writerBusy} // no writer runs
+			c := &Conn{srv: &Server{maxQueue: 1 << 20}, writer: writerBusy} // no writer runs
 			tt.run(c)
 			var got []string
 			for _, b := range c.queue {
@@ -69,7 +69,7 @@ func TestWriteBarrierOrder(t *testing.T) {
 // A frame that would pass the byte bound drops the connection (CauseOverflow) instead of
 // blocking; held frames count against the bound too.
 func TestWriteQueueBound(t *testing.T) {
-	c := &Conn{srv: &Server{}, maxBytes: 10, flushed: make(chan struct{}), writer: writerBusy, netConn: nopConn{}}
+	c := &Conn{srv: &Server{maxQueue: 10}, writer: writerBusy, netConn: nopConn{}}
 	b := c.Hold()
 	if !c.WritePreframed(make([]byte, 6)) {
 		t.Fatal("first frame refused")

@@ -48,32 +48,37 @@ const (
 // life (see connState, writerState and readerKind): where it is between open and ended,
 // who writes its socket now, and who reads it (fixed before the Session sees it).
 type Conn struct {
-	srv     *Server
+	srv     *Server // its maxQueue bounds the queue: one copy, not one per connection
 	session Session
-	limit   int // read limit of a data message, bytes (<= 0: none)
 	ws      *websocket.Conn
 	netConn net.Conn
 	raw     syscall.RawConn // plain TCP: written by the flusher; nil (TLS): slow path only
 	fl      *flusher
-	reader  readerKind // set by register before OnOpen, never changed
 	// deflater is set when the handshake negotiated permessage-deflate (deflate_offer.go).
 	deflater *Deflater
 
 	mu           sync.Mutex
-	state        connState
-	writer       writerState
-	cause        Cause       // recorded by the transition out of stateOpen
 	queue        net.Buffers // whole frames waiting for a writer, in order
 	spare        net.Buffers // a written batch's backing array, reused
 	barriers     []*Barrier  // open barriers and released ones behind an open one
 	queuedBytes  int         // bytes in queue
 	heldBytes    int         // bytes held by barriers
 	writingBytes int         // bytes a blocking writer has taken and not yet written (in flight)
-	maxBytes     int
-	flushed      chan struct{} // closed on entering stateClosed (close frame sent or aborted)
+	// flushDone is set once the write side is finished (close frame sent, or aborted);
+	// flushed, made only by a cleanup that must wait for that (flushedChan), is closed then.
+	// An idle connection carries no channel (issue 25).
+	flushed chan struct{}
+
+	// The small fields together, so a Conn fits the 352-byte size class (issue 25).
+	limit     int32       // read limit of a data message, bytes (<= 0: none)
+	fd        int32       // the socket's fd (the poller's key, poller_linux.go), set by register
+	reader    readerKind  // set by register before OnOpen, never changed
+	state     connState   // mu
+	writer    writerState // mu
+	cause     Cause       // mu; recorded by the transition out of stateOpen
+	flushDone bool        // mu
 
 	// Read by a poller (plain TCP on Linux) instead of readLoop: see poller_linux.go.
-	fd int32       // the socket's fd (the poller's key), set by register
 	rd frameReader // frame parser state, owned by the poller
 
 	fdc fdConn // netConn and raw of a socket the fast listener upgraded (accept_linux.go)
@@ -162,7 +167,7 @@ func (c *Conn) WritePreframed(frame []byte) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if c.bufferedLocked()+len(frame) > c.maxBytes {
+	if c.bufferedLocked()+len(frame) > c.srv.maxQueue {
 		c.mu.Unlock()
 		c.abort(CauseOverflow)
 		return false
@@ -431,13 +436,38 @@ func (c *Conn) abort(cause Cause) {
 	} else {
 		_ = c.netConn.Close()
 	}
-	close(c.flushed)
+	c.markFlushed()
+}
+
+// markFlushed records that the write side is finished and wakes a cleanup waiting for it.
+// Called once, by the move into stateClosed.
+func (c *Conn) markFlushed() {
+	c.mu.Lock()
+	c.flushDone = true
+	ch := c.flushed
+	c.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// flushedChan is closed once the write side is finished (at once if it already is).
+func (c *Conn) flushedChan() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.flushed == nil {
+		c.flushed = make(chan struct{})
+		if c.flushDone {
+			close(c.flushed)
+		}
+	}
+	return c.flushed
 }
 
 // finishClose half-closes after the close frame so the peer reads everything, and lets
 // the reader end on the peer's reply or after closeGrace.
 func (c *Conn) finishClose() {
-	defer close(c.flushed)
+	defer c.markFlushed()
 	if tc, ok := c.netConn.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 		if c.reader == readerPoller {
@@ -455,17 +485,8 @@ func (c *Conn) finishClose() {
 // mustAwaitFlush reports whether cleanup would wait for a queued close frame.
 func (c *Conn) mustAwaitFlush() bool {
 	c.mu.Lock()
-	closing := c.state == stateClosing || c.state == stateClosed
-	c.mu.Unlock()
-	if !closing {
-		return false
-	}
-	select {
-	case <-c.flushed:
-		return false
-	default:
-		return true
-	}
+	defer c.mu.Unlock()
+	return (c.state == stateClosing || c.state == stateClosed) && !c.flushDone
 }
 
 // cleanup ends the connection once its reader has ended and tells the Session why. Only
@@ -476,7 +497,7 @@ func (c *Conn) cleanup() {
 	c.mu.Unlock()
 	if closing { // let the close frame already queued reach the peer
 		select {
-		case <-c.flushed:
+		case <-c.flushedChan():
 		case <-time.After(closeGrace):
 		}
 	}

@@ -89,7 +89,7 @@ func (c *Conn) readFrames() {
 	for {
 		n, err := c.netConn.Read(buf)
 		if n > 0 {
-			switch res := c.rd.feed(buf[:n], c.limit, (*frames)(c)); res {
+			switch res := c.rd.feed(buf[:n], int(c.limit), (*frames)(c)); res {
 			case 0:
 			case feedStop:
 				return // the peer's close: closeWith already queued the reply

@@ -58,7 +58,7 @@ func newFlusherRig(t *testing.T, window time.Duration, n int) *flusherRig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &Conn{srv: &Server{}, netConn: nc, raw: rc, fl: r.f, maxBytes: 1 << 20, flushed: make(chan struct{})}
+		c := &Conn{srv: &Server{maxQueue: 1 << 20}, netConn: nc, raw: rc, fl: r.f}
 		pr := &peerReader{}
 		go func() {
 			b := make([]byte, 4096)

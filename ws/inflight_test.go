@@ -13,7 +13,7 @@ import (
 func TestWriteQueueBoundCountsBytesInFlight(t *testing.T) {
 	nc, peer := net.Pipe() // a Write blocks until the peer reads: it never does
 	t.Cleanup(func() { _ = peer.Close() })
-	c := &Conn{srv: &Server{}, netConn: nc, maxBytes: 1000, flushed: make(chan struct{})} // no raw socket: the blocking writer
+	c := &Conn{srv: &Server{maxQueue: 1000}, netConn: nc} // no raw socket: the blocking writer
 	if !c.WritePreframed(make([]byte, 600)) {
 		t.Fatal("first frame refused")
 	}

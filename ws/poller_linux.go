@@ -120,23 +120,35 @@ func newPoller(stop <-chan struct{}) (*poller, error) {
 // (the fast path's handshake put it there), its epoll set. It reports false if the socket
 // could not be watched.
 func (p *poller) add(c *Conn, inSet bool) bool {
+	if f, ok := c.raw.(*fdRaw); ok {
+		// The fast path's own socket: its concrete Control keeps the callback on the
+		// stack (through the interface it escaped, two allocations per connection).
+		var addErr error
+		err := (*fdConn)(f).use(func(fd uintptr) { addErr = p.watch(c, inSet, fd) })
+		return err == nil && addErr == nil
+	}
 	var addErr error
-	err := c.raw.Control(func(fd uintptr) {
-		c.fd = int32(fd)
-		p.mu.Lock()
-		p.conns[c.fd] = c
-		p.mu.Unlock()
-		if inSet {
-			return
-		}
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: c.fd}
-		if addErr = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); addErr != nil {
-			p.mu.Lock()
-			delete(p.conns, c.fd)
-			p.mu.Unlock()
-		}
-	})
+	err := c.raw.Control(func(fd uintptr) { addErr = p.watch(c, inSet, fd) })
 	return err == nil && addErr == nil
+}
+
+// watch is add's work on the socket's descriptor.
+func (p *poller) watch(c *Conn, inSet bool, fd uintptr) error {
+	c.fd = int32(fd)
+	p.mu.Lock()
+	p.conns[c.fd] = c
+	p.mu.Unlock()
+	if inSet {
+		return nil
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: c.fd}
+	err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+	if err != nil {
+		p.mu.Lock()
+		delete(p.conns, c.fd)
+		p.mu.Unlock()
+	}
+	return err
 }
 
 // forget takes a refused connection's socket out of p's epoll set before it is closed.
@@ -241,7 +253,7 @@ func (p *poller) read(c *Conn, events uint32) {
 	case rerr == unix.EAGAIN || n < 0:
 		return
 	}
-	switch res := c.rd.feed(p.buf[:n], c.limit, (*frames)(c)); res {
+	switch res := c.rd.feed(p.buf[:n], int(c.limit), (*frames)(c)); res {
 	case 0:
 		if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && n < len(p.buf) {
 			p.end(c) // the peer half-closed and everything it sent was read

@@ -2,6 +2,7 @@ package ws
 
 import (
 	"log/slog"
+	"math"
 	mrand "math/rand/v2"
 	"net/http"
 	"sync"
@@ -129,9 +130,8 @@ func (s *Server) Stop() {
 // newConn builds a connection for an accepted Decision.
 func (s *Server) newConn(d *Decision) *Conn {
 	return &Conn{
-		srv: s, session: d.Session, limit: d.MaxMessageSize, maxBytes: s.maxQueue,
-		flushed: make(chan struct{}),
-		fl:      s.flushers[int(fastrandn(uint32(len(s.flushers))))],
+		srv: s, session: d.Session, limit: int32(max(0, min(d.MaxMessageSize, math.MaxInt32))), // 0: no bound
+		fl: s.flushers[int(fastrandn(uint32(len(s.flushers))))],
 	}
 }
 
