@@ -12,7 +12,6 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/channels/channelstest"
-	"github.com/reverbgo/reverbgo/internal/testenv"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -21,20 +20,7 @@ import (
 // on Redis directly, node 1 subscribes through a fault proxy.
 func cachedNodes(t *testing.T) (pub, sub *channels.Registry, cache *channels.RedisCache, proxy *testutil.Proxy) {
 	t.Helper()
-	u := testenv.RedisURL(t)
-	if u == "" {
-		t.Skip("REVERBGO_TEST_REDIS_URL not set")
-	}
-	opt, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy = testutil.NewProxy(t, opt.Addr)
-	direct := redis.NewClient(opt)
-	popt := *opt
-	popt.Addr = proxy.Addr()
-	via := redis.NewClient(&popt)
-	t.Cleanup(func() { _ = direct.Close(); _ = via.Close() })
+	direct, via, proxy := viaProxy(t)
 	ch := "test:" + uuid.NewString()
 	keys := channels.NewKeySpace(ch, true)
 	regs := make([]*channels.Registry, 2)

@@ -16,9 +16,8 @@ import (
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
-// proxiedNodes builds two interest-routed nodes on the real Redis: node 0 (the publisher)
-// talks to Redis directly, node 1 (the subscriber) through a fault proxy.
-func proxiedNodes(t *testing.T) (pub, sub *channels.Registry, keys *channels.KeySpace, proxy *testutil.Proxy, gaps *atomic.Int32) {
+// viaProxy is a client of the real Redis and one that reaches it through a fault proxy.
+func viaProxy(t *testing.T) (direct, via *redis.Client, proxy *testutil.Proxy) {
 	t.Helper()
 	u := testenv.RedisURL(t)
 	if u == "" {
@@ -29,11 +28,19 @@ func proxiedNodes(t *testing.T) (pub, sub *channels.Registry, keys *channels.Key
 		t.Fatal(err)
 	}
 	proxy = testutil.NewProxy(t, opt.Addr)
-	direct := redis.NewClient(opt)
+	direct = redis.NewClient(opt)
 	popt := *opt
 	popt.Addr = proxy.Addr()
-	via := redis.NewClient(&popt)
+	via = redis.NewClient(&popt)
 	t.Cleanup(func() { _ = direct.Close(); _ = via.Close() })
+	return direct, via, proxy
+}
+
+// proxiedNodes builds two interest-routed nodes on the real Redis: node 0 (the publisher)
+// talks to Redis directly, node 1 (the subscriber) through a fault proxy.
+func proxiedNodes(t *testing.T) (pub, sub *channels.Registry, keys *channels.KeySpace, proxy *testutil.Proxy, gaps *atomic.Int32) {
+	t.Helper()
+	direct, via, proxy := viaProxy(t)
 	ch := "test:" + uuid.NewString()
 	keys = channels.NewKeySpace(ch, true)
 	gaps = &atomic.Int32{}
