@@ -22,6 +22,9 @@
 # AA_APP_FLAGS (extra YAML of the A/A side's app only, which turns the A/A column into an A/B
 # of one feature: AA_APP_FLAGS="recovery: {enabled: true}" for recovery on against off), NBIO_FLAGS
 # (extra nbioserver flags, e.g. "--write-mode message" for nbio's own per-subscriber framing).
+# PROFILE (scenarios, e.g. "clientevents connections"): after a scenario's RUNS, one more run
+# of the reverbgo side alone with a CPU profile of the server (pprof over --debug-addr) written
+# to $BENCH_OUT/<scenario>/reverbgo.pprof; that run is not in the table (profiling costs CPU).
 # Measure only on a quiet machine: nothing else running. Only 127.0.0.1 is targeted; every
 # server stops by itself after LIFETIME seconds.
 set -euo pipefail
@@ -69,8 +72,10 @@ ${SERVER_FLAGS:+  $SERVER_FLAGS}
 apps:
   - {app_id: $APP_ID, key: $APP_KEY, secret: $APP_SECRET, client_event_rate_limit: 0, max_presence_members: 2000${extra:+, $extra}}
 YAML
+  local dbg=()
+  [ "$1" = reverbgo ] && [ -n "${PROFILE:-}" ] && dbg=(--debug-addr "127.0.0.1:$((port + 1000))")
   GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
-    --config "$BENCH_OUT/$1.yaml" --log-level warn >>"$BENCH_OUT/$1.log" 2>&1 </dev/null &
+    --config "$BENCH_OUT/$1.yaml" --log-level warn "${dbg[@]}" >>"$BENCH_OUT/$1.log" 2>&1 </dev/null &
   for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$port/up" >/dev/null 2>&1 && break; sleep 0.1; done
   PID[$1]=$(pgrep -f "^$BENCH_OUT/reverbgo start --config $BENCH_OUT/$1.yaml" | head -1) # not the timeout wrapper
 }
@@ -130,6 +135,15 @@ rotate() { # scenario mode flags...: RUNS interleaved rounds over the scenario's
       sleep 2
     done
   done
+  if [[ " ${PROFILE:-} " == *" $sc "* ]] && [[ " $sides " == *" reverbgo "* ]]; then
+    echo "+ $sc profile run reverbgo: $*" | tee -a "$BENCH_OUT/log.txt" >&2
+    (sleep 1 && curl -s -o "$BENCH_OUT/$sc/reverbgo.pprof" \
+      "http://127.0.0.1:$((PORT[reverbgo] + 1000))/debug/pprof/profile?seconds=${PROFILE_SECONDS:-8}") &
+    local prof=$!
+    bench reverbgo "$@" >"$BENCH_OUT/$sc/reverbgo-profiled.json"
+    wait "$prof" || true
+    sleep 2
+  fi
 }
 
 for sc in $scenarios; do

@@ -34,15 +34,15 @@ type target struct {
 var targets = []target{
 	{"fanout", "server_cpu_us_per_delivery", "soketi", 0, "unpaced 1,000 × 2,000: CPU/delivery (no target; client-bound)"},
 	{"fanout", "server_cpu_us_per_delivery", "rawserver", 0, "unpaced: CPU/delivery vs rawserver (no target)"},
-	{"paced100", "server_cpu_us_per_delivery", "soketi", 0.5, "paced 100 ev/s × 1,000: CPU/delivery"},
-	{"paced100", "server_cpu_us_per_delivery", "rawserver", 0.8, "paced 100 ev/s: CPU/delivery"},
+	{"paced100", "server_cpu_us_per_delivery", "soketi", 0.7, "paced 100 ev/s × 1,000: CPU/delivery"},
+	{"paced100", "server_cpu_us_per_delivery", "rawserver", 0.9, "paced 100 ev/s: CPU/delivery"},
 	{"paced100", "p99_ms", "soketi", 1.0, "paced 100 ev/s: p99 latency"},
 	{"paced100", "p50_ms", "", 5, "paced 100 ev/s: p50 latency (ms, absolute)"},
 	{"paced20", "server_cpu_us_per_delivery", "rawserver", 1.0, "paced 20 ev/s × 1,000: CPU/delivery"},
 	{"paced20", "p99_ms", "soketi", 1.0, "paced 20 ev/s: p99 latency"},
 	{"clientevents", "server_cpu_us_per_delivery", "soketi", 0.75, "client events 10 → 1,000: CPU/delivery"},
 	{"connections", "server_cpu_us_per_conn", "soketi", 0.5, "CPU per accepted + subscribed connection"},
-	{"memory", "kib_per_conn", "soketi", 0.5, "KiB per idle connection (fresh process)"},
+	{"memory", "kib_per_conn", "soketi", 0.45, "KiB per idle connection (fresh process)"},
 }
 
 // extra rows: nbio next to ours, when the nbio side was measured (issue 10: within 10 %?).

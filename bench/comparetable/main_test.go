@@ -32,8 +32,8 @@ func TestTable(t *testing.T) {
 	}
 	got := out.String()
 	for _, want := range []string{
-		"| paced 100 ev/s × 1,000: CPU/delivery | 2 | soketi 5 | 0.4 | 1.05 | ≤ 0.5× soketi | yes |",
-		"| paced 100 ev/s: CPU/delivery | 2 | rawserver 2 | 1 | 1.05 | ≤ 0.8× rawserver | no |",
+		"| paced 100 ev/s × 1,000: CPU/delivery | 2 | soketi 5 | 0.4 | 1.05 | ≤ 0.7× soketi | yes |",
+		"| paced 100 ev/s: CPU/delivery | 2 | rawserver 2 | 1 | 1.05 | ≤ 0.9× rawserver | no |",
 		"| paced 100 ev/s: p99 latency | 3 | soketi 2 | 1.5 | 1 | ≤ 1× soketi | no |",
 		"| paced 100 ev/s: p50 latency (ms, absolute) | 1 | – | – | 1 | ≤ 5 | yes |",
 		"| paced 20 ev/s × 1,000: CPU/delivery | – | rawserver – | – | – | ≤ 1× rawserver | – |",
