@@ -20,7 +20,9 @@
 # when bench/nbioserver builds), BENCH_OUT (results; default a new mktemp -d), SERVER_FLAGS
 # (extra config YAML lines for reverbgo's server: block, e.g. "write_coalesce_ms: 0"),
 # AA_APP_FLAGS (extra YAML of the A/A side's app only, which turns the A/A column into an A/B
-# of one feature: AA_APP_FLAGS="recovery: {enabled: true}" for recovery on against off), NBIO_FLAGS
+# of one feature: AA_APP_FLAGS="recovery: {enabled: true}" for recovery on against off),
+# AA_SERVER_FLAGS (the same for the server: block, in place of SERVER_FLAGS on the A/A side:
+# AA_SERVER_FLAGS="io_uring: true" for the io_uring write path against writev), NBIO_FLAGS
 # (extra nbioserver flags, e.g. "--write-mode message" for nbio's own per-subscriber framing).
 # PROFILE (scenarios, e.g. "clientevents connections"): after a scenario's RUNS, one more run
 # of the reverbgo side alone with a CPU profile of the server (pprof over --debug-addr) written
@@ -62,13 +64,13 @@ declare -A PORT PID
 PORT=([soketi]=16301 [reverbgo]=16401 [reverbgo-aa]=16402 [rawserver]=16501 [nbio]=16601)
 
 start_reverbgo() { # side
-  local port=${PORT[$1]} extra=""
-  [ "$1" = reverbgo-aa ] && extra=${AA_APP_FLAGS:-}
+  local port=${PORT[$1]} extra="" sflags=${SERVER_FLAGS:-}
+  [ "$1" = reverbgo-aa ] && extra=${AA_APP_FLAGS:-} && sflags=${AA_SERVER_FLAGS:-$sflags}
   cat >"$BENCH_OUT/$1.yaml" <<YAML
 server:
   host: 127.0.0.1
   port: $port
-${SERVER_FLAGS:+  $SERVER_FLAGS}
+${sflags:+  $sflags}
 apps:
   - {app_id: $APP_ID, key: $APP_KEY, secret: $APP_SECRET, client_event_rate_limit: 0, max_presence_members: 2000${extra:+, $extra}}
 YAML

@@ -155,6 +155,7 @@ func drive(args []string) (int, error) {
 	for subscribed(ws) == total && time.Since(killed) < 10*time.Second {
 		time.Sleep(5 * time.Millisecond) // the workers report what they hold every 100 ms
 	}
+	progress := time.Now()
 	for {
 		if subscribed(ws) == total {
 			back = time.Since(killed)
@@ -162,6 +163,12 @@ func drive(args []string) (int, error) {
 		}
 		if time.Since(killed) > 3*time.Minute {
 			break
+		}
+		if time.Since(progress) >= 5*time.Second {
+			progress = time.Now()
+			e, r := sums(ws)
+			logf("  %s after the kill: %d of %d subscribed, %d reconnects, %d failed attempts",
+				time.Since(killed).Round(time.Second), subscribed(ws), total, r-rec0, e-errs0)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

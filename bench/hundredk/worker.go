@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -99,7 +100,11 @@ func (w *worker) hold(ctx context.Context, at int, first chan struct{}) {
 			}
 		}
 		if err != nil {
-			w.errors.Add(1)
+			if n := w.errors.Add(1); n <= 20 || n%1000 == 0 {
+				// The first failures and every thousandth, with their cause, on stderr (the
+				// driver keeps it as workerN.log): a run that does not converge says why.
+				fmt.Fprintf(os.Stderr, "%s attempt %d to %s failed (%d so far): %v\n", time.Now().Format("15:04:05.000"), attempt, addr, n, err)
+			}
 			once()
 			time.Sleep(time.Duration(50+attempt%10*20) * time.Millisecond)
 			continue
