@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,7 +24,7 @@ type ClusterNodes interface {
 	Buckets() int
 	SocketBucket(socketID string) int
 	LiveNodes(ctx context.Context) ([]string, error)
-	TrackNodeBucketState(resync func(context.Context) error, suffixes ...string)
+	TrackNodeBucketState(resync func(context.Context) error, tick func(context.Context, bool) error, suffixes ...string)
 	// NodeKeyTTL bounds a per-node key that a write creates after its node left (the
 	// owner's heartbeat refreshes it meanwhile).
 	NodeKeyTTL() time.Duration
@@ -46,6 +48,13 @@ type RedisSocketIndex struct {
 	rdb   redis.UniversalClient
 	nodes ClusterNodes
 	log   *slog.Logger
+
+	// resync is held shared by every write-through and exclusively by Resync, so a resync's
+	// snapshot of memory is never written over a newer entry: a write that raced it waits and
+	// lands after it.
+	resync sync.RWMutex
+	// soon asks the next heartbeat for a Resync (ResyncSoon).
+	soon atomic.Bool
 }
 
 var _ SocketIndex = (*RedisSocketIndex)(nil)
@@ -57,8 +66,27 @@ func NewRedisSocketIndex(rdb redis.UniversalClient, nodes ClusterNodes, logger *
 		logger = slog.Default()
 	}
 	x := &RedisSocketIndex{local: NewMemorySocketIndex(), rdb: rdb, nodes: nodes, log: logger}
-	nodes.TrackNodeBucketState(x.Resync, socketsSuffix)
+	nodes.TrackNodeBucketState(x.Resync, x.tick, socketsSuffix)
 	return x
+}
+
+// ResyncSoon makes the node's next heartbeat write its hashes again from memory. Call it
+// when what Redis holds may have lost writes while the node stayed listed: a Sentinel or
+// Cluster failover promotes a replica that may not have received the last HSET or HDEL, so
+// one page's entry is missing (its POSTs answered 401 "Unknown socket") or a gone socket's
+// stays, with the node's heartbeat intact and no resync otherwise.
+func (x *RedisSocketIndex) ResyncSoon() { x.soon.Store(true) }
+
+// tick runs a requested resync on the heartbeat; a failed one is asked for again.
+func (x *RedisSocketIndex) tick(ctx context.Context, rejoined bool) error {
+	if !x.soon.Swap(false) || rejoined { // a rejoin has just resynced
+		return nil
+	}
+	if err := x.Resync(ctx); err != nil {
+		x.soon.Store(true)
+		x.log.Warn("socket index resync failed; retried at the next heartbeat", "error", err)
+	}
+	return nil
 }
 
 // key is node's index hash of bucket b.
@@ -91,6 +119,8 @@ func (x *RedisSocketIndex) SetCredential(app, channel, socketID, credential stri
 func (x *RedisSocketIndex) write(socketID, value string) {
 	ctx, cancel := context.WithTimeout(context.Background(), indexWriteTimeout)
 	defer cancel()
+	x.resync.RLock()
+	defer x.resync.RUnlock()
 	var err error
 	key := x.keyOf(x.nodes.NodeID(), socketID)
 	if value == "" {
@@ -142,6 +172,8 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 // Resync rewrites this node's hashes from memory (after Redis lost them), each atomically
 // (a reader never sees a bucket's hash between its DEL and its HSET), in one pipeline.
 func (x *RedisSocketIndex) Resync(ctx context.Context) error {
+	x.resync.Lock()
+	defer x.resync.Unlock()
 	self := x.nodes.NodeID()
 	hashes := make(map[string]map[string]string, x.nodes.Buckets())
 	for b := range x.nodes.Buckets() {

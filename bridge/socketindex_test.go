@@ -101,6 +101,7 @@ func TestSocketIndex(t *testing.T) {
 			}
 			t.Run("DeadNodeDropsOutAndIsReaped", func(t *testing.T) { deadNodeDropsOut(t, be) })
 			t.Run("ResyncAfterRedisLostTheNode", func(t *testing.T) { resyncAfterLoss(t, be) })
+			t.Run("ResyncSoonRepairsLostWrites", func(t *testing.T) { resyncSoonRepairs(t, be) })
 		})
 	}
 }
@@ -215,4 +216,43 @@ func resyncAfterLoss(t *testing.T, be indexBackend) {
 		t.Fatal(err)
 	}
 	wantSocket(t, ns[0].idx, "2.1", "app", map[string]string{pageCh: "abc123"})
+}
+
+// resyncSoonRepairs: a failover lost node B's last HSET (socket 2.1) and an HDEL (socket 2.9
+// left) while B stayed listed, so no heartbeat resyncs by itself; after ResyncSoon (the
+// server calls it on every restored subscription gap) B's next heartbeat writes its hashes
+// again: A finds 2.1 and no longer finds 2.9.
+func resyncSoonRepairs(t *testing.T, be indexBackend) {
+	ctx := context.Background()
+	ns, rdb := be.nodes(t, 2)
+	b := ns[1]
+	b.idx.Subscribed("app", pageCh, "2.1")
+	b.idx.Subscribed("app", pageCh, "2.2")
+	b.idx.Subscribed("app", pageCh, "2.9")
+	b.idx.Unsubscribed("app", pageCh, "2.9")
+	stale, err := rdb.HGet(ctx, b.sockets("2.2"), "2.2").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HDel(ctx, b.sockets("2.1"), "2.1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, b.sockets("2.9"), "2.9", stale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pres.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := lookup(t, ns[0].idx, "2.1"); ok {
+		t.Fatal("a heartbeat alone repaired the lost entry: the case does not test ResyncSoon")
+	}
+	b.idx.(*bridge.RedisSocketIndex).ResyncSoon()
+	if err := b.pres.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantSocket(t, ns[0].idx, "2.1", "app", map[string]string{pageCh: ""})
+	wantSocket(t, ns[0].idx, "2.2", "app", map[string]string{pageCh: ""})
+	if _, _, ok := lookup(t, ns[0].idx, "2.9"); ok {
+		t.Fatal("a socket that left is still found after the resync")
+	}
 }

@@ -49,3 +49,46 @@ func TestOccupancyStaleWriteRepaired(t *testing.T) {
 		t.Fatalf("after the next flush news=%q, want 2", got)
 	}
 }
+
+// TestOccupancyResyncSoonRepairsALostWrite: a failover lost the last written-through count
+// of a channel that does not change again (a promoted replica missed it) while the node
+// stayed listed: a heartbeat alone leaves the stale value; after ResyncSoon (the server
+// calls it on every restored subscription gap) the next heartbeat writes the count again.
+func TestOccupancyResyncSoonRepairsALostWrite(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	nodes := NewRedisNodes(rdb, RedisNodesOptions{NodeID: "n1"})
+	o := NewRedisOccupancy(nodes, "private-toolmark.", nil)
+	t.Cleanup(o.Close)
+	const field = "app\x00private-toolmark.u1.c1"
+	key := o.subsKey("n1", o.bucket(field))
+	read := func() string {
+		v, _ := rdb.HGet(ctx, key, field).Result()
+		return v
+	}
+	if err := nodes.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o.Subscribed("app", "private-toolmark.u1.c1", "1.1")
+	if got := read(); got != "1" {
+		t.Fatalf("written through: %q, want 1", got)
+	}
+	if err := rdb.HDel(ctx, key, field).Err(); err != nil { // the write the replica never got
+		t.Fatal(err)
+	}
+	if err := nodes.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "" {
+		t.Fatalf("a heartbeat alone rewrote the count (%q): the case does not test ResyncSoon", got)
+	}
+	o.ResyncSoon()
+	if err := nodes.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "1" {
+		t.Fatalf("after ResyncSoon and a heartbeat: %q, want 1", got)
+	}
+}

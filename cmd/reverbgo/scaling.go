@@ -197,6 +197,8 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 		reg.CacheGap(cause, restored)
 		if restored {
 			c.presence.VerifySoon()
+			c.sockets.ResyncSoon()
+			c.occ.ResyncSoon()
 		}
 	}
 	c.gap.Store(&gap)
@@ -228,7 +230,9 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 // Once restored, the node's presence store also compares its memberships with Redis entry by
 // entry at the next heartbeat: whatever changed what Redis delivers (a failover, a moved
 // slot, a reconnect) may have come with writes the promoted replica never received, a lost
-// leave and a lost join together leaving the counts equal (RedisPresence.VerifySoon).
+// leave and a lost join together leaving the counts equal (RedisPresence.VerifySoon). The
+// bridge's socket index and the written-through counts are rewritten from memory at that
+// heartbeat for the same reason (a page's lost entry would answer its POSTs 401).
 func (c *cluster) onGap(cause string, restored bool) {
 	if f := c.gap.Load(); f != nil {
 		(*f)(cause, restored)
