@@ -58,6 +58,32 @@ type Server struct {
 	WriteCoalesceMS *int `mapstructure:"write_coalesce_ms"`
 	// Compression is permessage-deflate (compression.go); off by default.
 	Compression Compression `mapstructure:"compression"`
+	// MaxConnections caps this node's WebSocket connections over every app: a connection
+	// over it gets pusher:error 4100 "Over capacity" and is closed, and pusher-js retries after
+	// a back-off (behind a load balancer, on another node), while the node keeps the file
+	// descriptors its HTTP API, Redis and webhooks need. 0 (the default) = the process's
+	// open-file limit less a reserve (NodeConnectionCap); -1 = no cap.
+	MaxConnections int `mapstructure:"max_connections"`
+}
+
+// NodeConnectionCap is the effective server.max_connections (0 = no cap) for a process whose
+// open-file limit is nofile (0 = unknown or unlimited). The automatic cap keeps 5 % of the
+// limit, at least 512 and at most 4,096 descriptors, for everything but WebSockets: a node
+// at its limit can no longer accept its HTTP API's requests (Laravel's publishes hang) nor
+// dial Redis, and accepting fails for WebSockets too, so clients time out instead of being
+// told to go elsewhere.
+func (s *Server) NodeConnectionCap(nofile uint64) int {
+	switch {
+	case s.MaxConnections > 0:
+		return s.MaxConnections
+	case s.MaxConnections < 0 || nofile == 0 || nofile > 1<<40:
+		return 0
+	}
+	reserve := min(max(nofile/20, 512), 4096)
+	if nofile <= reserve {
+		return 1 // a limit this low leaves nothing for sockets: refuse all but one
+	}
+	return int(nofile - reserve)
 }
 
 // WriteCoalesce is the effective coalescing window (0 = off).

@@ -123,6 +123,9 @@ func (c *Config) validateServer(v *validator) {
 	}
 	v.positive("server.max_request_size", s.MaxRequestSize)
 	v.nonNegative("server.shutdown_timeout", int64(s.ShutdownTimeoutSeconds))
+	if s.MaxConnections < -1 {
+		v.add("server.max_connections", "must be -1 (no cap), 0 (from the open-file limit) or a positive count, got %d", s.MaxConnections)
+	}
 	if ms := s.WriteCoalesceMS; ms != nil && (*ms < 0 || *ms > MaxWriteCoalesceMS) {
 		v.add("server.write_coalesce_ms", "must be between 0 (off) and %d milliseconds, got %d", MaxWriteCoalesceMS, *ms)
 	}

@@ -51,6 +51,7 @@ func TestValidationErrors(t *testing.T) {
 		{"negative shutdown", "server: {shutdown_timeout: -1}\n" + minimal, "server.shutdown_timeout: must be >= 0"},
 		{"write_coalesce_ms negative", "server: {write_coalesce_ms: -1}\n" + minimal,
 			"server.write_coalesce_ms: must be between 0 (off) and 1000 milliseconds, got -1"},
+		{"max_connections below -1", "server: {max_connections: -2}\n" + minimal, "server.max_connections: must be -1 (no cap), 0"},
 		{"write_coalesce_ms too long", "server: {write_coalesce_ms: 1001}\n" + minimal, "server.write_coalesce_ms: must be between 0 (off) and 1000"},
 		{"trusted_proxies not an address", "server: {trusted_proxies: [\"10.0.0.0/8\", \"proxy.local\"]}\n" + minimal,
 			"server.trusted_proxies[1]: must be an IP address or a CIDR prefix, got \"proxy.local\""},
@@ -279,5 +280,30 @@ func TestPublicOrigin(t *testing.T) {
 	c, err := Load(writeFile(t, "server: {public_hosts: [' WS.Example.com:8443 ']}\n"+mcpApp))
 	if err != nil || len(c.Server.PublicHosts) != 1 || c.Server.PublicHosts[0] != "ws.example.com:8443" {
 		t.Fatalf("public_hosts %q, %v: want trimmed and lower-cased", c.Server.PublicHosts, err)
+	}
+}
+
+func TestNodeConnectionCap(t *testing.T) {
+	tests := []struct {
+		name   string
+		max    int
+		nofile uint64
+		want   int
+	}{
+		{"explicit", 500, 20000, 500},
+		{"no cap", -1, 20000, 0},
+		{"limit unknown", 0, 0, 0},
+		{"this machine: 5 % kept", 0, 20000, 19000},
+		{"small limit: 512 kept", 0, 1024, 512},
+		{"large limit: 4096 kept", 0, 1 << 20, 1<<20 - 4096},
+		{"limit below the reserve", 0, 256, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Server{MaxConnections: tc.max}
+			if got := s.NodeConnectionCap(tc.nofile); got != tc.want {
+				t.Errorf("NodeConnectionCap(%d) with max_connections %d = %d, want %d", tc.nofile, tc.max, got, tc.want)
+			}
+		})
 	}
 }

@@ -22,7 +22,8 @@ const (
 	CloseWriteError
 	CloseProtocolError
 	CloseInvalidPayload
-	CloseRateLimited // Reverb's rate_limiting.terminate_on_limit (ratelimit.go)
+	CloseRateLimited  // Reverb's rate_limiting.terminate_on_limit (ratelimit.go)
+	CloseOverCapacity // the node holds Options.MaxConnections: pusher-js backs off and retries
 )
 
 type closeInfo struct {
@@ -48,6 +49,7 @@ var closeInfos = [...]closeInfo{
 	CloseProtocolError:       {1002, "", "protocol_error"},
 	CloseInvalidPayload:      {1007, "Text message is not valid UTF-8", "invalid_payload"},
 	CloseRateLimited:         {1006, "", "rate_limited"}, // no close frame: the socket is ended, as Reverb does
+	CloseOverCapacity:        {4100, "Over capacity", "over_capacity"},
 }
 
 // Code is the WebSocket close code sent for r.

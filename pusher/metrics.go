@@ -66,7 +66,7 @@ var endReasons = func() []CloseReason {
 	var out []CloseReason
 	for r := CloseClientGone; int(r) < closeReasonCount; r++ {
 		switch r {
-		case CloseAppNotFound, CloseAppDisabled, CloseOverQuota, CloseOriginNotAllowed, CloseUnsupportedProtocol:
+		case CloseAppNotFound, CloseAppDisabled, CloseOverQuota, CloseOriginNotAllowed, CloseUnsupportedProtocol, CloseOverCapacity:
 		default:
 			out = append(out, r)
 		}
@@ -75,7 +75,7 @@ var endReasons = func() []CloseReason {
 }()
 
 // refusalReasons are the reasons admit can refuse a connection with.
-var refusalReasons = []CloseReason{CloseAppDisabled, CloseOverQuota, CloseOriginNotAllowed, CloseUnsupportedProtocol, CloseServerShutdown}
+var refusalReasons = []CloseReason{CloseAppDisabled, CloseOverQuota, CloseOriginNotAllowed, CloseUnsupportedProtocol, CloseServerShutdown, CloseOverCapacity}
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)

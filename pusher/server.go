@@ -51,6 +51,12 @@ type Options struct {
 	// History keeps recovery channels' serials and events (recovery.go); nil = a
 	// MemoryHistory when an app enables recovery and nothing is remote, else none.
 	History channels.History
+	// MaxConnections caps this node's WebSocket connections over every app (0 = no cap): a
+	// connection over it is told 4100 "Over capacity" and closed, so pusher-js retries after a
+	// back-off, behind a load balancer on another node, and the node keeps the file
+	// descriptors its HTTP API, Redis and webhooks need (cmd/reverbgo derives it from
+	// server.max_connections and the open-file limit).
+	MaxConnections int
 }
 
 // ClusterView is the cluster-wide read side (channels.RedisOccupancy and, for Socket, the
@@ -74,6 +80,8 @@ type Server struct {
 	cfg      *config.Config
 	appsByID map[string]*appState
 	appsKey  map[string]*appState
+	apps     []*appState // appsByID's values, for the node-wide count (totalConns)
+	maxConns int64       // Options.MaxConnections
 	reg      *channels.Registry
 	sockets  *socketTable
 	log      *slog.Logger
@@ -119,6 +127,7 @@ func NewServer(opts Options) *Server {
 		cluster:  opts.Cluster,
 		now:      opts.Now,
 		stop:     make(chan struct{}),
+		maxConns: int64(max(opts.MaxConnections, 0)),
 	}
 	s.counts.s = s
 	s.tasksCtx, s.cancelTasks = context.WithCancel(context.Background())
@@ -141,6 +150,7 @@ func NewServer(opts Options) *Server {
 		a.hist = historyLimits(&a.cfg.Recovery)
 		s.appsByID[a.cfg.ID] = a
 		s.appsKey[a.cfg.Key] = a
+		s.apps = append(s.apps, a)
 		s.reg.Subscribe(a.cfg.ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg.ID})
 	}
 	// Origin is checked per app after the upgrade (4009), in Accept.
@@ -180,6 +190,16 @@ func (s *Server) ConnectionCount(appID string) int {
 		return int(a.conns.Load())
 	}
 	return 0
+}
+
+// totalConns is this node's connections over every app, handshakes under way included (the
+// apps' counts are the one record of them).
+func (s *Server) totalConns() int64 {
+	var n int64
+	for _, a := range s.apps {
+		n += a.conns.Load()
+	}
+	return n
 }
 
 // clusterConnections is the app's open sockets over the cluster: this node's exact count

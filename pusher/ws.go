@@ -109,6 +109,11 @@ func (s *Server) admitRaw(app *appState, origin string, protocolOK func() bool) 
 	case !protocolOK():
 		return CloseUnsupportedProtocol
 	}
+	// The node's cap: checked before the app's count is taken, so many handshakes at once
+	// may pass it together; it keeps a reserve of descriptors, not an exact bound.
+	if s.maxConns > 0 && s.totalConns() >= s.maxConns {
+		return CloseOverCapacity
+	}
 	if max := app.cfg.MaxConnections; max > 0 && app.conns.Add(1) > int64(max) {
 		app.conns.Add(-1)
 		return CloseOverQuota

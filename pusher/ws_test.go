@@ -101,11 +101,15 @@ func TestConnectionRefused(t *testing.T) {
 		query  string
 		origin string
 		pre    int // connections opened first (quota)
+		node   int // Options.MaxConnections
 		code   int
 	}{
 		{name: "unknown key", key: "nope", query: "protocol=7", code: 4001},
 		{name: "app disabled", app: func(a *config.App) { a.Enabled = boolPtr(false) }, query: "protocol=7", code: 4003},
 		{name: "over max_connections", app: func(a *config.App) { a.MaxConnections = 2 }, query: "protocol=7", pre: 2, code: 4004},
+		// The node's cap (server.max_connections) answers 4100: pusher-js backs off and retries,
+		// behind a load balancer on another node.
+		{name: "over the node's cap", query: "protocol=7", pre: 2, node: 2, code: 4100},
 		{name: "origin not allowed", app: func(a *config.App) { a.AllowedOrigins = []string{"example.com"} }, query: "protocol=7", origin: "http://evil.com", code: 4009},
 		{name: "origin glob does not match parent", app: func(a *config.App) { a.AllowedOrigins = []string{"*.example.com"} }, query: "protocol=7", origin: "https://example.com.evil.com", code: 4009},
 		{name: "a URL pattern names its scheme", app: func(a *config.App) { a.AllowedOrigins = []string{"https://example.com"} }, query: "protocol=7", origin: "http://example.com", code: 4009},
@@ -117,6 +121,9 @@ func TestConnectionRefused(t *testing.T) {
 			var opts []serverOpt
 			if tc.app != nil {
 				opts = append(opts, withApp(tc.app))
+			}
+			if tc.node > 0 {
+				opts = append(opts, withOptions(func(o *Options) { o.MaxConnections = tc.node }))
 			}
 			ts := newServer(t, opts...)
 			for i := 0; i < tc.pre; i++ {
@@ -590,5 +597,29 @@ func TestCloseReasonRecorded(t *testing.T) {
 				t.Errorf("close reason %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestNodeCapFreesOnClose: a connection the node's cap refused finds room again once another
+// closed.
+func TestNodeCapFreesOnClose(t *testing.T) {
+	ts := newServer(t, withOptions(func(o *Options) { o.MaxConnections = 2 }))
+	first := ts.connect(t)
+	ts.connect(t)
+	c, err := dial(t, ts.wsURL(ts.app.Key, "protocol=7"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := c.next(); ev.Event != "pusher:error" || ev.errorCode(t) != 4100 {
+		t.Fatalf("third connection: %s, want pusher:error 4100", ev.raw)
+	}
+	_ = first.ws.Close()
+	testutil.WaitFor(t, "the closed connection to leave the count", func() bool { return ts.s.ConnectionCount(testAppID) == 1 })
+	again, err := dial(t, ts.wsURL(ts.app.Key, "protocol=7"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := again.next(); ev.Event != "pusher:connection_established" {
+		t.Fatalf("after a close: %s, want pusher:connection_established", ev.raw)
 	}
 }

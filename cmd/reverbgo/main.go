@@ -216,7 +216,10 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	if err != nil {
 		return nil, fmt.Errorf("server.trusted_proxies: %w", err)
 	}
-	opts := pusher.Options{Config: cfg, Logger: logger}
+	opts := pusher.Options{Config: cfg, Logger: logger, MaxConnections: cfg.Server.NodeConnectionCap(openFileLimit())}
+	if opts.MaxConnections > 0 {
+		logger.Info("connection cap", "max_connections", opts.MaxConnections, "open_file_limit", openFileLimit())
+	}
 	var store bridge.Store
 	var feed bridge.ManifestFeed
 	var memStore *bridge.MemoryStore // closed on release when single node
