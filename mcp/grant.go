@@ -28,8 +28,8 @@ func accessOf(c *Claims) (bridge.Access, error) {
 	return a, nil
 }
 
-// denyAll is what a grant whose claims do not parse allows (never reached: verify refuses
-// such tokens; this keeps access fail-closed if that check were lost).
+// denyAll is what a grant with claims but no parsed access allows (never reached: verify
+// sets it or refuses the token; this keeps access fail-closed if that were lost).
 var denyAll, _ = bridge.NewAccess([]string{}, []string{}, false)
 
 // access is what the grant's token allows (the zero Access, everything, without claims).
@@ -37,11 +37,10 @@ func (g *grant) access() bridge.Access {
 	if g.claims == nil {
 		return bridge.Access{}
 	}
-	a, err := accessOf(g.claims)
-	if err != nil {
+	if !g.accOK {
 		return denyAll
 	}
-	return a
+	return g.acc
 }
 
 // subject is the token's sub, for the audit line.
