@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -63,6 +64,11 @@ type grant struct {
 	claims *Claims
 	acc    bridge.Access // what claims allow (accessOf), computed once by verify
 	accOK  bool          // acc was set
+	// implicit is the mapping of the manifest last resolved without a listing (callTool of a
+	// session that never listed, or a stateless request), reused while that manifest is current.
+	// Shared by the copies resolve makes (the manifest check tells their pages apart); nil =
+	// no cache.
+	implicit *atomic.Pointer[implicitListing]
 }
 
 // owner is the session owner the SDK compares on every request of a session (its "user id"):
@@ -249,7 +255,7 @@ func (v *verifier) verifyToken(ctx context.Context, token, resource string) (_ *
 		return nil, hs, errors.New("sub must be a string of 1-128 characters from [-a-zA-Z0-9_=@,;]")
 	}
 	g := &grant{app: app, key: bridge.ConvKey{App: app.ID, User: c.Subject, Conversation: c.ConversationID},
-		exp: c.ExpiresAt.Time, claims: &c}
+		exp: c.ExpiresAt.Time, claims: &c, implicit: new(atomic.Pointer[implicitListing])}
 	switch {
 	case c.ConversationID == "" && !hs:
 		g.follow = true // an authorization server knows the user, not the conversation

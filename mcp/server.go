@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -335,9 +336,8 @@ func singleRequest(body []byte) (method, id string, ok bool) {
 	if json.Unmarshal(body, &m) != nil || m.Method == "" || len(m.ID) == 0 {
 		return "", "", false
 	}
-	var str string
-	var n json.Number
-	if json.Unmarshal(m.ID, &str) != nil && json.Unmarshal(m.ID, &n) != nil {
+	// m.ID is one valid JSON value: a string or a number is an id (null, objects... are not).
+	if c := m.ID[0]; c != '"' && c != '-' && (c < '0' || c > '9') {
 		return "", "", false
 	}
 	return m.Method, string(m.ID), true
@@ -345,6 +345,12 @@ func singleRequest(body []byte) (method, id string, ok bool) {
 
 // idText is a JSON-RPC id as text: a string's value, a number's digits.
 func idText(raw string) string {
+	if len(raw) < 2 || raw[0] != '"' {
+		return raw
+	}
+	if inner := raw[1 : len(raw)-1]; !strings.ContainsAny(inner, `\"`) {
+		return inner // no escapes: the value is the text between the quotes
+	}
 	var str string
 	if json.Unmarshal([]byte(raw), &str) == nil {
 		return str

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
@@ -73,5 +74,71 @@ func TestTokenCache(t *testing.T) {
 	app1.Secret = "rotated"
 	if _, err := v.verify(context.Background(), tok2, testResource); err == nil || !strings.Contains(err.Error(), "signature") {
 		t.Fatalf("a token of the old secret after the change: %v", err)
+	}
+}
+
+// TestImplicitListing: the mapping of a session that never listed is reused only for the
+// same manifest (clientId, rev and stored Tools slice), and rebuilt for any other.
+func TestImplicitListing(t *testing.T) {
+	v := newVerifier(testApps(), time.Now)
+	g, err := v.verify(context.Background(), token("secret1", nil), testResource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := []bridge.Tool{{Name: "a.one", LLMName: "a_one"}}
+	m := &bridge.Manifest{ClientID: "p1", Rev: 1, Tools: tools}
+	first := g.implicitListing(m)
+	if first.byName["a_one"] == nil || first.rev != 1 {
+		t.Fatalf("listing %+v", first)
+	}
+	same := *m // what GetManifest returns: a copy sharing Tools
+	if l := g.implicitListing(&same); l != first {
+		t.Fatal("the same manifest was mapped again")
+	}
+	for _, tc := range []struct {
+		name string
+		m    bridge.Manifest
+		tool string
+		rev  int64
+	}{
+		{"new rev (changed)", bridge.Manifest{ClientID: "p1", Rev: 2, Tools: tools}, "a_one", 2},
+		{"same rev, new tools", bridge.Manifest{ClientID: "p1", Rev: 2, Tools: []bridge.Tool{{Name: "b.two", LLMName: "b_two"}}}, "b_two", 2},
+		{"another page", bridge.Manifest{ClientID: "p2", Rev: 2, Tools: tools}, "a_one", 2},
+		{"no tools", bridge.Manifest{ClientID: "p2", Rev: 3}, "", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := g.implicitListing(&tc.m)
+			if l == first || l.rev != tc.rev || l.clientID != tc.m.ClientID || (tc.tool != "" && l.byName[tc.tool] == nil) || len(l.byName) != len(tc.m.Tools) {
+				t.Fatalf("listing %+v for %+v", l, tc.m)
+			}
+		})
+	}
+}
+
+// TestSingleRequest: the method and id of a one-request body, and the id as text (as the
+// tool_use_id carries it), table-driven.
+func TestSingleRequest(t *testing.T) {
+	for _, tc := range []struct {
+		body, method, id, text string
+		ok                     bool
+	}{
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call"}`, "tools/call", "7", "7", true},
+		{` {"id":-1.5e3,"method":"m"}`, "m", "-1.5e3", "-1.5e3", true},
+		{`{"id":"abc","method":"m"}`, "m", `"abc"`, "abc", true},
+		{`{"id":"a\"b\u0041","method":"m"}`, "m", `"a\"b\u0041"`, `a"bA`, true},
+		{`{"id":null,"method":"m"}`, "", "", "", false},
+		{`{"id":{"x":1},"method":"m"}`, "", "", "", false},
+		{`{"id":true,"method":"m"}`, "", "", "", false},
+		{`{"method":"notifications/initialized"}`, "", "", "", false},
+		{`[{"id":1,"method":"m"}]`, "", "", "", false},
+		{`{"id":1,"method":"m"`, "", "", "", false},
+	} {
+		method, id, ok := singleRequest([]byte(tc.body))
+		if method != tc.method || id != tc.id || ok != tc.ok {
+			t.Errorf("singleRequest(%s) = %q %q %v", tc.body, method, id, ok)
+		}
+		if ok && idText(id) != tc.text {
+			t.Errorf("idText(%s) = %q, want %q", id, idText(id), tc.text)
+		}
 	}
 }
