@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,8 +108,57 @@ func TestToolCallAllocs(t *testing.T) {
 	mcp := testing.AllocsPerRun(200, p.mcpCall)
 	api := testing.AllocsPerRun(200, p.apiCall)
 	t.Logf("allocations per round trip: MCP tools/call %v, calls API %v (%.2f×)", mcp, api, mcp/api)
-	const mcpBound, apiBound = 248, 195
+	const mcpBound, apiBound = 244, 195
 	if mcp > mcpBound || api > apiBound {
 		t.Fatalf("MCP tools/call %v allocations (at most %v), calls API %v (at most %v)", mcp, mcpBound, api, apiBound)
+	}
+}
+
+// TestJSONAnswers: over real HTTP, initialize and tools/call are answered with one
+// application/json object carrying Content-Length (one write), not an SSE stream.
+func TestJSONAnswers(t *testing.T) {
+	h := newHarness(t, bridgeLimits())
+	h.page.setAnswer(standardPage)
+	h.openPage("c1", "p1", 1, testTools)
+	tok := "Bearer " + token("secret1", nil)
+	session := ""
+	post := func(body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/toolmark/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", tok)
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = res.Body.Close() })
+		return res
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"initialize", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`},
+		{"tools/call", string(mcpCallBody)},
+	} {
+		res := post(tc.body)
+		var msg struct {
+			ID     int             `json:"id"`
+			Result json.RawMessage `json:"result"`
+		}
+		err := json.NewDecoder(res.Body).Decode(&msg)
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "application/json" ||
+			res.ContentLength <= 0 || len(res.TransferEncoding) != 0 || err != nil || msg.Result == nil {
+			t.Fatalf("%s: %d %q length %d %v: %v %s", tc.name, res.StatusCode, res.Header.Get("Content-Type"),
+				res.ContentLength, res.TransferEncoding, err, msg.Result)
+		}
+		if session == "" {
+			session = res.Header.Get("Mcp-Session-Id")
+			if res := post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); res.StatusCode != http.StatusAccepted {
+				t.Fatalf("initialized: %d", res.StatusCode)
+			}
+		}
 	}
 }

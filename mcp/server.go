@@ -165,6 +165,12 @@ func New(opts Options) *Server {
 			Logger:         opts.Logger,
 			SessionTimeout: opts.SessionTimeout,
 			Stateless:      stateless,
+			// A request's answer is one application/json object (MCP's transport allows either
+			// form, and clients must accept both) instead of an SSE stream of one event: no flush,
+			// so net/http sends it with Content-Length in one write, fewer allocations. Nothing
+			// is sent during a tools/call or tools/list but the answer; list_changed goes to the
+			// GET stream or a listen, which stays SSE.
+			JSONResponse: true,
 			// Every request carries a bearer token (no ambient credential such as a cookie), which
 			// is what DNS rebinding would need; and behind a proxy on the same host (nginx → 127.0.0.1)
 			// the Host header is the public name, which the SDK's localhost check would refuse.
