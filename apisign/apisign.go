@@ -72,19 +72,20 @@ func Middleware(cfg Config) echo.MiddlewareFunc {
 			if !ok {
 				return refuseUnread(c, http.StatusNotFound, "Unknown app")
 			}
-			query := r.URL.Query()
 			path, ok := SignedPath(r, cfg.Prefix)
 			if !ok {
 				return refuseUnread(c, http.StatusUnauthorized, "Invalid signature")
 			}
-			if err := auth.VerifyQuery(r.Method, path, query, cred.Key, cred.Secret, cfg.Now()); err != nil {
+			// The query as r.URL.Query() parses it, without building its url.Values.
+			md5, hasMD5, err := auth.VerifyRawQuery(r.Method, path, r.URL.RawQuery, cred.Key, cred.Secret, cfg.Now())
+			if err != nil {
 				return refuseUnread(c, http.StatusUnauthorized, err.Error())
 			}
 			body, status, msg := readBody(c, cfg.MaxBody)
 			if status != 0 {
 				return refuse(c, status, msg)
 			}
-			if err := auth.VerifyBody(query, body); err != nil {
+			if err := auth.VerifyBodyMD5(md5, hasMD5, body); err != nil {
 				return refuse(c, http.StatusUnauthorized, err.Error())
 			}
 			c.Set(ctxApp, app)
