@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/config"
@@ -69,6 +70,17 @@ type grant struct {
 	// Shared by the copies resolve makes (the manifest check tells their pages apart); nil =
 	// no cache.
 	implicit *atomic.Pointer[implicitListing]
+	// info is what the SDK's bearer middleware gets for this grant (it only reads it), made
+	// once per verified token instead of per request.
+	info *sdkauth.TokenInfo
+}
+
+// tokenInfo is g's TokenInfo for the SDK: the session owner, exp and the grant itself.
+func (g *grant) tokenInfo() *sdkauth.TokenInfo {
+	if g.info != nil {
+		return g.info
+	}
+	return &sdkauth.TokenInfo{UserID: g.owner(), Expiration: g.exp, Extra: map[string]any{grantExtra: g}}
 }
 
 // owner is the session owner the SDK compares on every request of a session (its "user id"):
@@ -267,6 +279,7 @@ func (v *verifier) verifyToken(ctx context.Context, token, resource string) (_ *
 		return nil, hs, err
 	}
 	g.acc, g.accOK = acc, true
+	g.info = g.tokenInfo()
 	return g, hs, nil
 }
 

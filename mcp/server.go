@@ -186,7 +186,7 @@ func New(opts Options) *Server {
 		if g == nil {
 			return nil, auth.ErrInvalidToken
 		}
-		return &auth.TokenInfo{UserID: g.owner(), Expiration: g.exp, Extra: map[string]any{grantExtra: g}}, nil
+		return g.tokenInfo(), nil
 	}, &auth.RequireBearerTokenOptions{ClockSkew: Leeway})
 	s.inner, s.stateless = bearer(handler(false)), bearer(handler(true))
 	if opts.Feed != nil {
@@ -335,6 +335,14 @@ func singleRequest(body []byte) (method, id string, ok bool) {
 	if len(body) == 0 || body[0] != '{' {
 		return "", "", false
 	}
+	if method, id, decided, ok := fastSingleRequest(body); decided {
+		return method, id, ok
+	}
+	return decodeSingleRequest(body)
+}
+
+// decodeSingleRequest is singleRequest with encoding/json (the reference).
+func decodeSingleRequest(body []byte) (method, id string, ok bool) {
 	var m struct {
 		Method string          `json:"method"`
 		ID     json.RawMessage `json:"id"`
@@ -347,6 +355,39 @@ func singleRequest(body []byte) (method, id string, ok bool) {
 		return "", "", false
 	}
 	return m.Method, string(m.ID), true
+}
+
+// fastSingleRequest is singleRequest in one scan (bridge.ScanMembers) for the usual body:
+// "method" a string without escapes, no duplicate or case-variant of "method" or "id"
+// (encoding/json matches names case-insensitively, the last duplicate winning). decided is
+// false for anything else, which the caller decodes with encoding/json.
+func fastSingleRequest(body []byte) (method, id string, decided, ok bool) {
+	var mv, iv []byte
+	usual := true
+	valid := bridge.ScanMembers(body, func(k, v []byte) bool {
+		switch {
+		case string(k) == "method" && mv == nil:
+			mv = v
+		case string(k) == "id" && iv == nil:
+			iv = v
+		case bytes.EqualFold(k, []byte("method")) || bytes.EqualFold(k, []byte("id")):
+			usual = false
+			return false
+		}
+		return true
+	})
+	if !valid || !usual || (mv != nil && (mv[0] != '"' || bytes.IndexByte(mv, '\\') >= 0)) {
+		return "", "", false, false
+	}
+	// As the decoder: an absent or empty method, an absent id, or an id that is neither a
+	// string nor a number is no request.
+	if len(mv) <= 2 || iv == nil {
+		return "", "", true, false
+	}
+	if c := iv[0]; c != '"' && c != '-' && (c < '0' || c > '9') {
+		return "", "", true, false
+	}
+	return string(mv[1 : len(mv)-1]), string(iv), true, true
 }
 
 // idText is a JSON-RPC id as text: a string's value, a number's digits.

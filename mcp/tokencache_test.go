@@ -142,3 +142,29 @@ func TestSingleRequest(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSingleRequest: whatever the one-scan path decides equals encoding/json's answer.
+func FuzzSingleRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{"a":[1,{"b":"c"}]}}}`,
+		`{"id":"a\"b","method":"m"}`, `{"Method":"m","id":1}`, `{"method":"m","method":"n","id":1}`,
+		`{"method":"m\u0041","id":1}`, `{"me\u0074hod":"x","id":1}`, `{"method":5,"id":1}`, `{"method":null,"id":1}`,
+		`{"method":"m","id":null}`, `{"method":"","id":1}`, `{"method":"m","id":1} x`, `{"method":"m","ID":2,"id":1}`,
+		"{\"method\":\"\xff\",\"id\":1}", `{"method":"m","id":01}`, `{"method":"m","id":1e5}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if len(body) == 0 || body[0] != '{' {
+			return
+		}
+		m, id, decided, ok := fastSingleRequest(body)
+		if !decided {
+			return
+		}
+		wm, wid, wok := decodeSingleRequest(body)
+		if m != wm || id != wid || ok != wok {
+			t.Fatalf("%q: fast %q %q %v, encoding/json %q %q %v", body, m, id, ok, wm, wid, wok)
+		}
+	})
+}
