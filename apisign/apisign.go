@@ -28,11 +28,20 @@ import (
 	"github.com/reverbgo/reverbgo/auth"
 )
 
-// Context keys under which the middleware leaves the resolved app and the verified body.
-const (
-	ctxApp  = "apisign.app"
-	ctxBody = "apisign.body"
-)
+// signedContext is the context the middleware hands on: the request's, with the resolved
+// app and the verified body. echo's own store (c.Set) would cost a map and a boxed slice per
+// request; this wrapper is one allocation.
+type signedContext struct {
+	echo.Context
+	app  any
+	body []byte
+}
+
+// signedOf finds the middleware's context under c.
+func signedOf(c echo.Context) *signedContext {
+	sc, _ := c.(*signedContext)
+	return sc
+}
 
 // Credentials are what verification needs of an app.
 type Credentials struct {
@@ -88,9 +97,7 @@ func Middleware(cfg Config) echo.MiddlewareFunc {
 			if err := auth.VerifyBodyMD5(md5, hasMD5, body); err != nil {
 				return refuse(c, http.StatusUnauthorized, err.Error())
 			}
-			c.Set(ctxApp, app)
-			c.Set(ctxBody, body)
-			return next(c)
+			return next(&signedContext{Context: c, app: app, body: body})
 		}
 	}
 }
@@ -166,10 +173,18 @@ func refuse(c echo.Context, status int, msg string) error {
 }
 
 // App is the app the middleware resolved for this request (what Config.Lookup returned).
-func App(c echo.Context) any { return c.Get(ctxApp) }
+// The handler must get the context the middleware passed on (nil otherwise).
+func App(c echo.Context) any {
+	if sc := signedOf(c); sc != nil {
+		return sc.app
+	}
+	return nil
+}
 
-// Body is the verified request body (nil when empty).
+// Body is the verified request body (nil when empty), from the middleware's context.
 func Body(c echo.Context) []byte {
-	b, _ := c.Get(ctxBody).([]byte)
-	return b
+	if sc := signedOf(c); sc != nil {
+		return sc.body
+	}
+	return nil
 }

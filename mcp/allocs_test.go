@@ -108,7 +108,7 @@ func TestToolCallAllocs(t *testing.T) {
 	mcp := testing.AllocsPerRun(200, p.mcpCall)
 	api := testing.AllocsPerRun(200, p.apiCall)
 	t.Logf("allocations per round trip: MCP tools/call %v, calls API %v (%.2f×)", mcp, api, mcp/api)
-	const mcpBound, apiBound = 227, 164
+	const mcpBound, apiBound = 227, 162
 	if mcp > mcpBound || api > apiBound {
 		t.Fatalf("MCP tools/call %v allocations (at most %v), calls API %v (at most %v)", mcp, mcpBound, api, apiBound)
 	}
