@@ -2,12 +2,16 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/internal/testutil"
@@ -161,4 +165,39 @@ func TestJSONAnswers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSDKRoundTripAllocs logs (no bound: a real connection's counts vary by a few) the
+// allocations of the two round trips BenchmarkToolCallRoundTrip and
+// BenchmarkCallsAPIRoundTrip time, client included: the Go SDK client's tools/call and a
+// signed calls API POST, over loopback HTTP.
+func TestSDKRoundTripAllocs(t *testing.T) {
+	if testutil.RaceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	h := newHarness(t, bridgeLimits())
+	h.page.setAnswer(standardPage)
+	h.openPage("c1", "p1", 1, testTools)
+	cs := h.client(token("secret1", nil), nil)
+	ctx := context.Background()
+	params := &sdk.CallToolParams{Name: "notes__create", Arguments: map[string]any{"title": "Hi"}}
+	sdkCall := func() {
+		if res, err := cs.CallTool(ctx, params); err != nil || res.IsError {
+			t.Fatalf("call: %v %+v", err, res)
+		}
+	}
+	const path = "/apps/app1/toolmark/calls"
+	apiCall := func() {
+		q := auth.SignRequest(http.MethodPost, path, nil, apiCallBody, "key1", "secret1", time.Now())
+		res, err := http.Post(h.srv.URL+path+"?"+q.Encode(), "application/json", bytes.NewReader(apiCallBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+	}
+	sdkCall()
+	apiCall()
+	t.Logf("allocations per round trip, client included: MCP tools/call (Go SDK client) %v, calls API %v",
+		testing.AllocsPerRun(100, sdkCall), testing.AllocsPerRun(100, apiCall))
 }
