@@ -33,6 +33,8 @@ const (
 	defPageBurst   = 60  //
 	defCallRate    = 20  // calls per second per app/user/conversation (burst 200)
 	defMaxInFlight = 100 // calls waiting per conversation
+	// The MCP endpoint's default session bound per node (mcp.DefaultMaxNodeSessions).
+	defMaxMCPSessions = 10000
 )
 
 // The agent's surfaces (Config.Agent).

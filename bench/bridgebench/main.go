@@ -100,6 +100,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if perConv > defMaxInFlight {
 		fmt.Fprintf(stderr, "bridgebench: warning: %d calls in flight per conversation is over the bridge's limit of %d: expect 429s\n", perConv, defMaxInFlight)
 	}
+	if c.Agent == agentMCP && c.Pages > defMaxMCPSessions {
+		fmt.Fprintf(stderr, "bridgebench: warning: %d MCP sessions (one per page) is over the server's default of %d per node: the oldest are closed and their calls fail\n", c.Pages, defMaxMCPSessions)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
