@@ -225,9 +225,9 @@ func sameAsRaw(t *testing.T, method, path, rawQuery string, body []byte) {
 	}
 }
 
-// TestVerifyRawQuery: the raw-query verifier agrees with VerifyRequest over url.ParseQuery on
+// TestVerifyRawQueryAllocs: the raw-query verifier agrees with VerifyRequest over url.ParseQuery on
 // the signed example and every way of mangling it, and allocates nothing.
-func TestVerifyRawQuery(t *testing.T) {
+func TestVerifyRawQueryAllocs(t *testing.T) {
 	good := docSigned + "&auth_signature=" + docSig
 	many := good
 	for i := range 20 {

@@ -43,8 +43,8 @@ func TestSocketConversation(t *testing.T) {
 	}
 }
 
-// TestPageTokenOK: the page token check, table-driven, and without allocating.
-func TestPageTokenOK(t *testing.T) {
+// TestPageTokenOKAllocs: the page token check, table-driven, and without allocating.
+func TestPageTokenOKAllocs(t *testing.T) {
 	app := &config.App{Toolmark: config.Toolmark{PageAuth: config.PageAuthToken}}
 	want := TokenHash("tok")
 	for _, tc := range []struct {

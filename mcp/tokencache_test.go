@@ -11,10 +11,10 @@ import (
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
-// TestTokenCache: a verified HS256 token is served from the cache (the same grant, no
+// TestTokenCacheAllocs: a verified HS256 token is served from the cache (the same grant, no
 // allocation) only for the same resource, within its validity window on the verifier's clock,
 // and while its app keeps the secret it was checked with; a token that failed is never cached.
-func TestTokenCache(t *testing.T) {
+func TestTokenCacheAllocs(t *testing.T) {
 	clock := &fakeClock{t: time.Now()}
 	apps := testApps()
 	v := newVerifier(apps, clock.now)

@@ -87,10 +87,10 @@ func parseToolmark(ch string) (string, string, bool) {
 	return u, cv, ok && u != "" && cv != "" && !strings.Contains(cv, ".")
 }
 
-// TestSocketConversation: the page gate's lookup agrees with Subscriptions (app, the one
+// TestSocketConversationAllocs: the page gate's lookup agrees with Subscriptions (app, the one
 // channel of the conversation, its token hash), counts every channel of the conversation,
 // and allocates only the one hash.
-func TestSocketConversation(t *testing.T) {
+func TestSocketConversationAllocs(t *testing.T) {
 	ts := newServer(t, withApp(func(a *config.App) { a.Toolmark.Enabled = true }))
 	a := ts.connect(t)
 	for _, ch := range []string{"private-toolmark.u1.c1", "private-toolmark.u1.c2", "private-toolmark.u2.c2", "private-other"} {
