@@ -9,7 +9,6 @@
 package auth
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -19,19 +18,20 @@ import (
 // HMACHex returns the lower-case hex HMAC-SHA256 of msg keyed with secret. Pusher encodes
 // every signature this way, so all other functions in this package are built on it.
 func HMACHex(secret string, msg []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(msg)
-	return hex.EncodeToString(m.Sum(nil))
+	var sum [sha256.Size]byte
+	var out [2 * sha256.Size]byte
+	hmacSum(secret, msg, &sum)
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // hmacHexEqual reports, in constant time, whether sig is HMACHex(secret, msg): the same
 // comparison as Equal(sig, HMACHex(secret, msg)) without the hex string and its copies.
 func hmacHexEqual(secret string, msg []byte, sig string) bool {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(msg)
 	var sum [sha256.Size]byte
 	var want [2 * sha256.Size]byte
-	hex.Encode(want[:], m.Sum(sum[:0]))
+	hmacSum(secret, msg, &sum)
+	hex.Encode(want[:], sum[:])
 	if len(sig) != len(want) {
 		return false // only the length leaks, as with Equal
 	}

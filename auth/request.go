@@ -64,8 +64,100 @@ func VerifyRequest(method, path string, query url.Values, body []byte, key, secr
 // sign the path they were given, which never includes the prefix. Two parameters whose names
 // differ only in case are refused: the string to sign would be ambiguous.
 func VerifyQuery(method, path string, query url.Values, key, secret string, now time.Time) error {
+	var arr [maxQueryParams]queryParam
+	return verifyParams(method, path, paramsOf(arr[:0], query), key, secret, now)
+}
+
+// VerifyRawQuery is VerifyQuery of a raw query string as (*url.URL).Query parses it
+// (url.ParseQuery, malformed pairs dropped), without building the url.Values: a signed query
+// of up to maxQueryParams parameters is checked without allocating. It also returns the
+// body_md5 parameter (and whether it was present) for VerifyBodyMD5.
+func VerifyRawQuery(method, path, rawQuery, key, secret string, now time.Time) (bodyMD5 string, hasBodyMD5 bool, err error) {
+	var arr [maxQueryParams]queryParam
+	ps, ok := parseRawQuery(arr[:0], rawQuery)
+	if !ok {
+		q, _ := url.ParseQuery(rawQuery) // as (*url.URL).Query: what parsed, errors ignored
+		ps = paramsOf(arr[:0], q)
+	}
+	if err := verifyParams(method, path, ps, key, secret, now); err != nil {
+		return "", false, err
+	}
+	p, has := param(ps, paramBodyMD5)
+	return p.v, has, nil
+}
+
+// maxQueryParams is how many parameters the verifiers hold without allocating; the Pusher
+// SDKs send five or six.
+const maxQueryParams = 16
+
+// queryParam is one query parameter name (exact) and its first value; none marks a name with
+// no value at all (url.Values{name: {}}, which no parsed query holds).
+type queryParam struct {
+	k, v string
+	none bool
+}
+
+// paramsOf appends the parameters of q to dst.
+func paramsOf(dst []queryParam, q url.Values) []queryParam {
+	for k, v := range q {
+		p := queryParam{k: k, none: len(v) == 0}
+		if len(v) > 0 {
+			p.v = v[0]
+		}
+		dst = append(dst, p)
+	}
+	return dst
+}
+
+// parseRawQuery appends the parameters of raw to dst exactly as url.ParseQuery builds its
+// url.Values (split on '&', a pair with ';' or that does not unescape dropped, the first value
+// of a name kept), or reports false for a query of more than maxQueryParams pairs, which the
+// caller parses with url.ParseQuery itself (which also applies its own limit).
+func parseRawQuery(dst []queryParam, raw string) ([]queryParam, bool) {
+	if strings.Count(raw, "&")+1 > maxQueryParams {
+		return dst, false
+	}
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.Contains(pair, ";") {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		k, err := url.QueryUnescape(k)
+		if err != nil {
+			continue
+		}
+		if v, err = url.QueryUnescape(v); err != nil {
+			continue
+		}
+		if _, seen := param(dst, k); !seen {
+			dst = append(dst, queryParam{k: k, v: v})
+		}
+	}
+	return dst, true
+}
+
+// param is the parameter named name (exactly), as url.Values.Get and an index see it.
+func param(ps []queryParam, name string) (queryParam, bool) {
+	for _, p := range ps {
+		if p.k == name {
+			return p, true
+		}
+	}
+	return queryParam{}, false
+}
+
+// get is url.Values.Get over ps.
+func get(ps []queryParam, name string) string {
+	p, _ := param(ps, name)
+	return p.v
+}
+
+// verifyParams is VerifyQuery over the parameters ps.
+func verifyParams(method, path string, ps []queryParam, key, secret string, now time.Time) error {
 	for _, name := range []string{paramKey, paramTimestamp, paramSignature} {
-		if query.Get(name) == "" {
+		if get(ps, name) == "" {
 			return reqErr("Missing %s", name)
 		}
 	}
@@ -73,14 +165,14 @@ func VerifyQuery(method, path string, query url.Values, key, secret string, now 
 		// A misconfigured app must not accept requests signed with an empty secret.
 		return reqErr("Unknown auth_key")
 	}
-	if !Equal(query.Get(paramKey), key) {
+	if !Equal(get(ps, paramKey), key) {
 		return reqErr("Unknown auth_key")
 	}
-	if v, ok := query[paramVersion]; ok && (len(v) == 0 || v[0] != authVersion) {
+	if v, ok := param(ps, paramVersion); ok && (v.none || v.v != authVersion) {
 		return reqErr("Unsupported auth_version: must be %s", authVersion)
 	}
 
-	rawTS := query.Get(paramTimestamp)
+	rawTS := get(ps, paramTimestamp)
 	ts, err := strconv.ParseInt(rawTS, 10, 64)
 	if err != nil {
 		return reqErr("Invalid auth_timestamp: %q is not a number of seconds", rawTS)
@@ -93,11 +185,11 @@ func VerifyQuery(method, path string, query url.Values, key, secret string, now 
 	}
 
 	var buf [512]byte
-	toSign, err := appendToSign(buf[:0], method, path, query)
+	toSign, err := appendToSign(buf[:0], method, path, ps)
 	if err != nil {
 		return err
 	}
-	if !hmacHexEqual(secret, toSign, query.Get(paramSignature)) {
+	if !hmacHexEqual(secret, toSign, get(ps, paramSignature)) {
 		return reqErr("Invalid signature")
 	}
 	return nil
@@ -107,14 +199,46 @@ func VerifyQuery(method, path string, query url.Values, key, secret string, now 
 // non-empty, and when present equals the hex MD5 of body, so the signature (which covers
 // body_md5) also covers the body. It is only meaningful after VerifyQuery accepted query.
 func VerifyBody(query url.Values, body []byte) error {
-	if got, ok := query[paramBodyMD5]; ok {
-		if len(got) == 0 || !strings.EqualFold(got[0], bodyMD5(body)) {
+	got, ok := query[paramBodyMD5]
+	if ok && len(got) == 0 {
+		return reqErr("body_md5 does not match")
+	}
+	first := ""
+	if ok {
+		first = got[0]
+	}
+	return VerifyBodyMD5(first, ok, body)
+}
+
+// VerifyBodyMD5 is VerifyBody given the query's body_md5 value and whether it was present
+// (as VerifyRawQuery returns them).
+func VerifyBodyMD5(got string, present bool, body []byte) error {
+	if present {
+		sum := md5.Sum(body)
+		var want [2 * md5.Size]byte
+		hex.Encode(want[:], sum[:])
+		if len(got) != len(want) || !equalFoldASCII(got, want[:]) {
 			return reqErr("body_md5 does not match")
 		}
 	} else if len(body) > 0 {
 		return reqErr("Missing body_md5")
 	}
 	return nil
+}
+
+// equalFoldASCII is strings.EqualFold(s, string(b)) for a lower-case hex b, without the
+// string.
+func equalFoldASCII(s string, b []byte) bool {
+	for i := range b {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // SignRequest signs a Pusher HTTP API request the way server SDKs do. It returns a copy of
@@ -145,7 +269,7 @@ func SignRequest(method, path string, extra url.Values, body []byte, key, secret
 // stringToSign builds METHOD + "\n" + path + "\n" + sorted "k=v&..." as Pusher specifies.
 // The method is upper-cased because the spec and every SDK sign it upper-case.
 func stringToSign(method, path string, query url.Values) (string, error) {
-	b, err := appendToSign(nil, method, path, query)
+	b, err := appendToSign(nil, method, path, paramsOf(nil, query))
 	return string(b), err
 }
 
@@ -153,17 +277,14 @@ func stringToSign(method, path string, query url.Values) (string, error) {
 // value.
 type signPair struct{ k, v string }
 
-// appendToSign appends stringToSign's string to dst. It allocates nothing for a query of up
-// to a dozen parameters when dst has room: it runs on every signed request.
-func appendToSign(dst []byte, method, path string, query url.Values) ([]byte, error) {
-	var arr [12]signPair
+// appendToSign appends stringToSign's string of the parameters ps to dst. It allocates
+// nothing for a query of up to maxQueryParams parameters when dst has room: it runs on every
+// signed request.
+func appendToSign(dst []byte, method, path string, ps []queryParam) ([]byte, error) {
+	var arr [maxQueryParams]signPair
 	pairs := arr[:0]
-	for k, v := range query {
-		first := ""
-		if len(v) > 0 {
-			first = v[0]
-		}
-		pairs = append(pairs, signPair{strings.ToLower(k), first})
+	for _, p := range ps {
+		pairs = append(pairs, signPair{strings.ToLower(p.k), p.v})
 	}
 	slices.SortFunc(pairs, func(a, b signPair) int { return strings.Compare(a.k, b.k) })
 	for i := 1; i < len(pairs); i++ {

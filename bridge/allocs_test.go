@@ -71,7 +71,7 @@ func TestCallRoundTripAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes allocation counts; scripts/test.sh runs this test without -race")
 	}
-	const bound = 218
+	const bound = 185
 	h := newHarness(t, func(o *Options) { o.Limits.PageBurst, o.Limits.CallBurst = 1<<30, 1<<30 })
 	h.withManifest(client1, 1)
 	done := make(chan int, 1)

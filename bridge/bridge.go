@@ -33,6 +33,29 @@ type Sockets interface {
 	Subscriptions(socketID string) (appID string, subs map[string]string, ok bool)
 }
 
+// ConversationSockets is optionally implemented by Sockets (pusher.Server): the page gate's
+// lookup without a copy of the socket's channels and their token hashes. Of the socket's
+// channels that parse (ParseChannel) reads as a channel of conversation it returns how many
+// there are and the user and page-token hash of the last one, with the socket's app; ok is
+// Subscriptions' ok.
+type ConversationSockets interface {
+	SocketConversation(socketID, conversation string, parse func(channel string) (user, conv string, ok bool)) (appID, user, tokenHash string, n int, ok bool)
+}
+
+// socketConversation is ConversationSockets' lookup through s, which need not implement it.
+func socketConversation(s Sockets, socketID, conversation string) (appID, user, tokenHash string, n int, ok bool) {
+	if cs, is := s.(ConversationSockets); is {
+		return cs.SocketConversation(socketID, conversation, ParseChannel)
+	}
+	appID, subs, ok := s.Subscriptions(socketID)
+	for ch, hash := range subs {
+		if u, cv, ok := ParseChannel(ch); ok && cv == conversation {
+			user, tokenHash, n = u, hash, n+1
+		}
+	}
+	return appID, user, tokenHash, n, ok
+}
+
 // Occupancy is optionally implemented by Sockets: it tells whether any socket is subscribed
 // to a channel, so a call to a conversation whose page was closed fails at once with "No
 // page is connected" instead of waiting for its deadline (a stored manifest outlives the tab).

@@ -510,3 +510,13 @@ func appendCallResponse(dst []byte, id string, result []byte, h Hints) []byte {
 	}
 	return append(dst, "}}"...)
 }
+
+// ScanMembers calls f for each top-level member of b, a JSON object, with its key (raw,
+// unescaped) and its exact value bytes, in order, in one pass that validates syntax, UTF-8
+// and depth (MaxDepth). It reports false, having stopped, when b is not one valid object,
+// when a key has an escape (it might spell any name) or when f returns false: callers then
+// decode b with encoding/json, so ScanMembers only ever has to accept what that accepts.
+func ScanMembers(b []byte, f func(key, val []byte) bool) bool {
+	s := scanner{b: b}
+	return s.members(f) && s.end()
+}

@@ -242,3 +242,31 @@ func TestFastDecoders(t *testing.T) {
 		}
 	}
 }
+
+// TestScanMembers: the exported one-pass member scan, table-driven.
+func TestScanMembers(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		ok   bool
+		keys string
+	}{
+		{`{"a":1,"b":{"c":[1,2]},"d":"x"}`, true, "a=1;b={\"c\":[1,2]};d=\"x\";"},
+		{` {} `, true, ""},
+		{`{"a":1} x`, false, "a=1;"},
+		{`{"\u0061":1}`, false, ""},
+		{`[1]`, false, ""},
+		{`{"a":}`, false, ""},
+		{`{"a":1,}`, false, "a=1;"},
+		{"{\"a\":\"\xff\"}", false, ""},
+		{strings.Repeat(`{"a":`, MaxDepth+1) + "1" + strings.Repeat("}", MaxDepth+1), false, ""},
+	} {
+		got := ""
+		ok := ScanMembers([]byte(tc.in), func(k, v []byte) bool { got += string(k) + "=" + string(v) + ";"; return true })
+		if ok != tc.ok || got != tc.keys {
+			t.Errorf("ScanMembers(%.40q) = %v %q, want %v %q", tc.in, ok, got, tc.ok, tc.keys)
+		}
+	}
+	if ScanMembers([]byte(`{"a":1,"b":2}`), func(k, _ []byte) bool { return string(k) != "b" }) {
+		t.Error("f returning false did not stop the scan")
+	}
+}

@@ -70,7 +70,7 @@ func (b *Bridge) pageGate(c echo.Context, socketID string, key *ConvKey) pageOut
 	if !validSocketID(socketID) {
 		return reject(http.StatusUnauthorized, "Malformed X-Socket-ID")
 	}
-	appID, subs, ok := b.sockets.Subscriptions(socketID)
+	appID, user, tokenHash, n, ok := socketConversation(b.sockets, socketID, key.Conversation)
 	if !ok {
 		return reject(http.StatusUnauthorized, "Unknown socket")
 	}
@@ -85,12 +85,6 @@ func (b *Bridge) pageGate(c echo.Context, socketID string, key *ConvKey) pageOut
 		return reject(http.StatusForbidden, "Origin not allowed")
 	}
 	setCORS(c, origin)
-	user, tokenHash, n := "", "", 0
-	for ch, hash := range subs {
-		if u, cv, ok := ParseChannel(ch); ok && cv == key.Conversation {
-			user, tokenHash, n = u, hash, n+1
-		}
-	}
 	if n != 1 {
 		// Zero: not subscribed. More than one: two users' channels for one conversation on a
 		// single socket is ambiguous, so it speaks for neither.

@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/config"
@@ -61,6 +63,24 @@ type grant struct {
 	exp    time.Time
 	follow bool
 	claims *Claims
+	acc    bridge.Access // what claims allow (accessOf), computed once by verify
+	accOK  bool          // acc was set
+	// implicit is the mapping of the manifest last resolved without a listing (callTool of a
+	// session that never listed, or a stateless request), reused while that manifest is current.
+	// Shared by the copies resolve makes (the manifest check tells their pages apart); nil =
+	// no cache.
+	implicit *atomic.Pointer[implicitListing]
+	// info is what the SDK's bearer middleware gets for this grant (it only reads it), made
+	// once per verified token instead of per request.
+	info *sdkauth.TokenInfo
+}
+
+// tokenInfo is g's TokenInfo for the SDK: the session owner, exp and the grant itself.
+func (g *grant) tokenInfo() *sdkauth.TokenInfo {
+	if g.info != nil {
+		return g.info
+	}
+	return &sdkauth.TokenInfo{UserID: g.owner(), Expiration: g.exp, Extra: map[string]any{grantExtra: g}}
 }
 
 // owner is the session owner the SDK compares on every request of a session (its "user id"):
@@ -106,6 +126,7 @@ type verifier struct {
 	parser *jwt.Parser
 	// byIssuer: the apps with an authorization server, by toolmark.mcp.issuer, and their keys.
 	byIssuer map[string]*issuerApp
+	cache    tokenCache // verified HS256 tokens
 }
 
 type issuerApp struct {
@@ -190,14 +211,26 @@ func (v *verifier) authenticate(r *http.Request, resource string) (*grant, *auth
 	return g, nil
 }
 
-// verify parses and validates one token for resource.
+// verify parses and validates one token for resource; an HS256 token verified before is
+// taken from the cache (tokenCache has the conditions).
 func (v *verifier) verify(ctx context.Context, token, resource string) (*grant, error) {
 	if len(token) > maxTokenLen {
 		return nil, errors.New("token too long")
 	}
+	if g := v.cache.get(token, resource, v.now(), v.apps); g != nil {
+		return g, nil
+	}
+	g, hs, err := v.verifyToken(ctx, token, resource)
+	if err == nil && hs {
+		v.cache.put(token, resource, g, g.app)
+	}
+	return g, err
+}
+
+// verifyToken parses and validates one token for resource; hs reports an HS256 token.
+func (v *verifier) verifyToken(ctx context.Context, token, resource string) (_ *grant, hs bool, _ error) {
 	var c Claims
 	var app *config.App
-	var hs bool
 	_, err := v.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		// The claims are decoded (not yet trusted) when the key is looked up: the issuer picks
 		// which secret or key set must have signed them.
@@ -216,10 +249,10 @@ func (v *verifier) verify(ctx context.Context, token, resource string) (*grant, 
 		return ia.keys.lookup(ctx, kid, t.Method.Alg())
 	})
 	if err != nil {
-		return nil, simplify(err)
+		return nil, hs, simplify(err)
 	}
 	if !slices.Contains(c.Audience, resource) {
-		return nil, errAudience
+		return nil, hs, errAudience
 	}
 	// exp is required by the parser; the lifetime is counted from iat, or from now.
 	from := v.now()
@@ -227,24 +260,27 @@ func (v *verifier) verify(ctx context.Context, token, resource string) (*grant, 
 		from = c.IssuedAt.Time
 	}
 	if c.ExpiresAt.Sub(from) > time.Duration(maxLifetimeS(app))*time.Second {
-		return nil, errLifetime
+		return nil, hs, errLifetime
 	}
 	// sub and conversation_id end up in a channel name and a store key.
 	if !bridge.ValidChannelPart(c.Subject) {
-		return nil, errors.New("sub must be a string of 1-128 characters from [-a-zA-Z0-9_=@,;]")
+		return nil, hs, errors.New("sub must be a string of 1-128 characters from [-a-zA-Z0-9_=@,;]")
 	}
 	g := &grant{app: app, key: bridge.ConvKey{App: app.ID, User: c.Subject, Conversation: c.ConversationID},
-		exp: c.ExpiresAt.Time, claims: &c}
+		exp: c.ExpiresAt.Time, claims: &c, implicit: new(atomic.Pointer[implicitListing])}
 	switch {
 	case c.ConversationID == "" && !hs:
 		g.follow = true // an authorization server knows the user, not the conversation
 	case !bridge.ValidChannelPart(c.ConversationID):
-		return nil, errors.New("conversation_id must be a string of 1-128 characters from [-a-zA-Z0-9_=@,;]")
+		return nil, hs, errors.New("conversation_id must be a string of 1-128 characters from [-a-zA-Z0-9_=@,;]")
 	}
-	if _, err := accessOf(&c); err != nil {
-		return nil, err
+	acc, err := accessOf(&c)
+	if err != nil {
+		return nil, hs, err
 	}
-	return g, nil
+	g.acc, g.accOK = acc, true
+	g.info = g.tokenInfo()
+	return g, hs, nil
 }
 
 func maxLifetimeS(app *config.App) int {

@@ -119,8 +119,7 @@ func (s *Server) callTool(ctx context.Context, g *grant, se *session, p *sdk.Cal
 	if l == nil || (g.follow && l.clientID != m.ClientID) {
 		// Never listed, or the page was replaced since (a reload, or a following session's
 		// user moved to another page): resolve against the current manifest.
-		access := g.access()
-		l = mapManifest(m, nil, &access)
+		l = g.implicitListing(m)
 	}
 	lt := l.byName[p.Name]
 	if lt == nil {

@@ -57,6 +57,9 @@ type fakePage struct {
 	// writes the page's 204, so a test can end while a POST is still being answered; cleanup
 	// waits for them before it closes the server (closing first made the POST fail with EOF).
 	posts sync.WaitGroup
+	// handler, when set, takes the page's POSTs in process (no connection, no client), for
+	// the allocation counts of the server's own work.
+	handler http.Handler
 }
 
 func (p *fakePage) Publish(_, channel, _ string, data []byte) error {
@@ -96,6 +99,11 @@ func (p *fakePage) post(conv string, msg any) int {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Socket-ID", sockID(conv))
 	req.Header.Set("X-Toolmark-Token", sockToken(sockID(conv)))
+	if p.handler != nil {
+		rec := httptest.NewRecorder()
+		p.handler.ServeHTTP(rec, req)
+		return rec.Code
+	}
 	res, err := pageClient.Do(req)
 	if err != nil {
 		p.t.Errorf("page post: %v", err)

@@ -164,6 +164,12 @@ func New(opts Options) *Server {
 			Logger:         opts.Logger,
 			SessionTimeout: opts.SessionTimeout,
 			Stateless:      stateless,
+			// A request's answer is one application/json object (MCP's transport allows either
+			// form, and clients must accept both) instead of an SSE stream of one event: no flush,
+			// so net/http sends it with Content-Length in one write, fewer allocations. Nothing
+			// is sent during a tools/call or tools/list but the answer; list_changed goes to the
+			// GET stream or a listen, which stays SSE.
+			JSONResponse: true,
 			// Every request carries a bearer token (no ambient credential such as a cookie), which
 			// is what DNS rebinding would need; and behind a proxy on the same host (nginx → 127.0.0.1)
 			// the Host header is the public name, which the SDK's localhost check would refuse.
@@ -179,7 +185,7 @@ func New(opts Options) *Server {
 		if g == nil {
 			return nil, auth.ErrInvalidToken
 		}
-		return &auth.TokenInfo{UserID: g.owner(), Expiration: g.exp, Extra: map[string]any{grantExtra: g}}, nil
+		return g.tokenInfo(), nil
 	}, &auth.RequireBearerTokenOptions{ClockSkew: Leeway})
 	s.inner, s.stateless = bearer(handler(false)), bearer(handler(true))
 	if opts.Feed != nil {
@@ -319,46 +325,6 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(code)
 	_, _ = w.Write(b)
-}
-
-// singleRequest returns the method and id (as its JSON text) of a body that is one JSON-RPC
-// request. Batches (protocol versions before 2025-06-18) are not looked into.
-func singleRequest(body []byte) (method, id string, ok bool) {
-	body = bytes.TrimLeft(body, " \t\r\n")
-	if len(body) == 0 || body[0] != '{' {
-		return "", "", false
-	}
-	var m struct {
-		Method string          `json:"method"`
-		ID     json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(body, &m) != nil || m.Method == "" || len(m.ID) == 0 {
-		return "", "", false
-	}
-	var str string
-	var n json.Number
-	if json.Unmarshal(m.ID, &str) != nil && json.Unmarshal(m.ID, &n) != nil {
-		return "", "", false
-	}
-	return m.Method, string(m.ID), true
-}
-
-// idText is a JSON-RPC id as text: a string's value, a number's digits.
-func idText(raw string) string {
-	var str string
-	if json.Unmarshal([]byte(raw), &str) == nil {
-		return str
-	}
-	return raw
-}
-
-// toolsCallID returns the id of a body that is one JSON-RPC tools/call request, as text.
-func toolsCallID(body []byte) (string, bool) {
-	method, id, ok := singleRequest(body)
-	if !ok || method != "tools/call" {
-		return "", false
-	}
-	return idText(id), true
 }
 
 // receive is the receiving middleware: it registers the session on initialize and answers

@@ -63,8 +63,40 @@ func (c *Conn) pageSession(name string) (subscription, []byte) {
 // TokenHash is the hex SHA-256 of a page token, the form stored in the socket index and
 // returned by Subscriptions.
 func TokenHash(token string) string {
-	h := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(h[:])
+	var buf [64]byte // a token is 43 bytes: hashed from the stack
+	h := sha256.Sum256(append(buf[:0], token...))
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], h[:])
+	return string(out[:])
+}
+
+// SocketConversation is Subscriptions narrowed to the bridge's page gate: the socket's app,
+// how many of its channels parse reads as a channel of conversation, and the user and page
+// token hash of the (last) one. A socket of this node is read in place (no copy of its
+// channels) and only that one token is hashed; another node's socket is read from the
+// cluster index as Subscriptions does.
+func (s *Server) SocketConversation(socketID, conversation string, parse func(channel string) (user, conv string, ok bool)) (appID, user, tokenHash string, n int, ok bool) {
+	if c := s.sockets.get(socketID); c != nil {
+		token := ""
+		c.subsMu.RLock()
+		for name, sub := range c.subs.all() {
+			if u, cv, ok := parse(name); ok && cv == conversation {
+				user, token, n = u, sub.token, n+1
+			}
+		}
+		c.subsMu.RUnlock()
+		if token != "" {
+			tokenHash = TokenHash(token)
+		}
+		return c.app.cfg.ID, user, tokenHash, n, true
+	}
+	appID, subs, ok := s.Subscriptions(socketID)
+	for name, hash := range subs {
+		if u, cv, ok := parse(name); ok && cv == conversation {
+			user, tokenHash, n = u, hash, n+1
+		}
+	}
+	return appID, user, tokenHash, n, ok
 }
 
 // Subscriptions implements the bridge's socket lookup: the app of a live socket anywhere in

@@ -2,10 +2,11 @@ package pusher
 
 import (
 	"encoding/json"
-	"github.com/reverbgo/reverbgo/internal/testutil"
+	"strings"
 	"testing"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // TestToolmarkSession: the authorized subscription to a toolmark channel receives, on that
@@ -73,4 +74,53 @@ func TestToolmarkSessionOff(t *testing.T) {
 	if ev := c.next(); ev.Event != "pusher_internal:subscription_succeeded" {
 		t.Fatalf("first frame: %s", ev.raw)
 	}
+}
+
+// parseToolmark reads private-toolmark.{user}.{conversation} as bridge.ParseChannel does
+// (the bridge passes that function; pusher cannot import the bridge).
+func parseToolmark(ch string) (string, string, bool) {
+	rest, ok := strings.CutPrefix(ch, ToolmarkChannelPrefix)
+	if !ok {
+		return "", "", false
+	}
+	u, cv, ok := strings.Cut(rest, ".")
+	return u, cv, ok && u != "" && cv != "" && !strings.Contains(cv, ".")
+}
+
+// TestSocketConversationAllocs: the page gate's lookup agrees with Subscriptions (app, the one
+// channel of the conversation, its token hash), counts every channel of the conversation,
+// and allocates only the one hash.
+func TestSocketConversationAllocs(t *testing.T) {
+	ts := newServer(t, withApp(func(a *config.App) { a.Toolmark.Enabled = true }))
+	a := ts.connect(t)
+	for _, ch := range []string{"private-toolmark.u1.c1", "private-toolmark.u1.c2", "private-toolmark.u2.c2", "private-other"} {
+		a.subscribeMsg(ch, privateAuth(ts.app.Key, ts.app.Secret, a.socketID, ch), "")
+		testutil.WaitFor(t, "subscribed "+ch, func() bool { _, subs, _ := ts.s.Subscriptions(a.socketID); _, in := subs[ch]; return in })
+	}
+	_, subs, _ := ts.s.Subscriptions(a.socketID)
+	for _, tc := range []struct {
+		conv, user, hash string
+		n                int
+	}{
+		{"c1", "u1", subs["private-toolmark.u1.c1"], 1},
+		{"c2", "", "", 2}, // two users' channels: the gate refuses it, only the count matters
+		{"c3", "", "", 0},
+	} {
+		app, user, hash, n, ok := ts.s.SocketConversation(a.socketID, tc.conv, parseToolmark)
+		if !ok || app != testAppID || n != tc.n || (tc.n == 1 && (user != tc.user || hash != tc.hash || hash == "")) {
+			t.Errorf("SocketConversation(%s) = %q %q %q %d %v", tc.conv, app, user, hash, n, ok)
+		}
+	}
+	if _, _, _, _, ok := ts.s.SocketConversation("1.999", "c1", parseToolmark); ok {
+		t.Error("an unknown socket was found")
+	}
+	if testutil.RaceEnabled {
+		return
+	}
+	n := testing.AllocsPerRun(100, func() { _, _, _, _, _ = ts.s.SocketConversation(a.socketID, "c1", parseToolmark) })
+	m := testing.AllocsPerRun(100, func() { _, _, _ = ts.s.Subscriptions(a.socketID) })
+	if n != 1 {
+		t.Errorf("SocketConversation: %v allocations, want 1 (the hash); Subscriptions makes %v", n, m)
+	}
+	t.Logf("allocations: SocketConversation %v, Subscriptions %v", n, m)
 }

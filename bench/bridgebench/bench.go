@@ -3,11 +3,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/reverbgo/reverbgo/auth"
 )
 
 // toolName is the one tool every bench page registers.
@@ -33,6 +29,14 @@ const (
 	defPageBurst   = 60  //
 	defCallRate    = 20  // calls per second per app/user/conversation (burst 200)
 	defMaxInFlight = 100 // calls waiting per conversation
+	// The MCP endpoint's default session bound per node (mcp.DefaultMaxNodeSessions).
+	defMaxMCPSessions = 10000
+)
+
+// The agent's surfaces (Config.Agent).
+const (
+	agentCalls = "calls"
+	agentMCP   = "mcp"
 )
 
 // maxCalls bounds warmup+calls so that the per-call records stay small.
@@ -62,6 +66,13 @@ type Config struct {
 	// knowledge, the pages' POSTs over HTTP/1.1 as a browser on plain HTTP does) or "all"
 	// (the pages' POSTs over h2c too, as a browser's over TLS would be HTTP/2).
 	H2C string
+	// Agent is how the agent calls the page's tool: "calls" (signed POST
+	// /apps/{id}/toolmark/calls, the default) or "mcp" (tools/call over Streamable HTTP at
+	// {path}/toolmark/mcp, one MCP session per conversation with an HS256 token of the app).
+	Agent string
+	// MCPResource is the aud of the MCP tokens: the server's {public_url}{path}/toolmark/mcp
+	// ("" = http://{host}:{port}{path}/toolmark/mcp, run.sh's public_url).
+	MCPResource string
 
 	DialConcurrency int
 	Progress        io.Writer // one line per second while calls run (nil = none)
@@ -84,6 +95,11 @@ func (c *Config) check() error {
 		return errors.New("--app-id, --key and --secret are required")
 	case c.H2C != "" && c.H2C != "agent" && c.H2C != "all":
 		return errors.New(`--h2c must be "", "agent" or "all"`)
+	case c.Agent != "" && c.Agent != agentCalls && c.Agent != agentMCP:
+		return errors.New(`--agent must be "calls" or "mcp"`)
+	}
+	if c.Agent == "" {
+		c.Agent = agentCalls
 	}
 	if c.User == "" {
 		c.User = "bench-u"
@@ -103,6 +119,7 @@ func (c *Config) check() error {
 // Result is the run's summary; main prints it as the last line, in JSON.
 type Result struct {
 	Mode      string  `json:"mode"`
+	Agent     string  `json:"agent"`
 	H2C       string  `json:"h2c,omitempty"`
 	Pages     int     `json:"pages"`
 	Inflight  int     `json:"inflight"`
@@ -115,7 +132,8 @@ type Result struct {
 	DurationS float64 `json:"duration_s"`
 	CallsPerS float64 `json:"calls_per_s"`
 
-	// RoundTrip is the agent's wall time per call (signed POST /toolmark/calls → 200).
+	// RoundTrip is the agent's wall time per call (signed POST /toolmark/calls → 200, or the
+	// MCP tools/call POST → its answer read).
 	RoundTrip Lat `json:"round_trip"`
 	// Overhead is RoundTrip minus the page's own time (call event received → result POST
 	// started, i.e. the simulated tool time plus client scheduling): what the bridge adds.
@@ -154,7 +172,7 @@ type Result struct {
 
 // agentRec is the agent's view of one measured call.
 type agentRec struct {
-	id         string
+	id         string // the call id (calls API) or the echoed input (MCP, which does not return the id)
 	start, end time.Duration
 	ok         bool
 }
@@ -166,6 +184,7 @@ type runner struct {
 	agentURL   string
 	agentPath  string
 	pageURLs   []string
+	mcpURL     string
 	agentHTTP  *http.Client
 	pageClient *http.Client
 
@@ -240,6 +259,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r.agentPath = "/apps/" + url.PathEscape(cfg.AppID) + "/toolmark/calls"
 	r.agentURL = "http://" + r.hostPort + cfg.Path + r.agentPath
+	r.mcpURL = "http://" + r.hostPort + cfg.Path + "/toolmark/mcp"
+	if cfg.MCPResource == "" {
+		r.cfg.MCPResource = r.mcpURL
+	}
 	posters := cfg.Inflight // one per call in flight, so the think time never queues
 	r.agentHTTP = &http.Client{Transport: newTransport(cfg.Inflight+16, cfg.H2C != ""), Timeout: cfg.CallTimeout + 10*time.Second}
 	r.pageClient = &http.Client{Transport: newTransport(posters+64, cfg.H2C == "all"), Timeout: 30 * time.Second}
@@ -260,6 +283,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				_ = p.ws.Close()
 			}
 		}
+		r.closeMCP(pages)
 	}()
 
 	// Setup: connect, subscribe and register every page, DialConcurrency at a time.
@@ -278,7 +302,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if err := r.connect(ctx, p); err != nil {
+				err := r.connect(ctx, p)
+				if err == nil && r.cfg.Agent == agentMCP {
+					err = r.openMCP(ctx, p)
+				}
+				if err != nil {
 					emu.Lock()
 					if firstErr == nil {
 						firstErr = err
@@ -339,7 +367,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				}
 				p := pages[idx%int64(cfg.Pages)]
 				var rec agentRec
-				body, rec = r.call(ctx, p, idx, body)
+				if p.mcp != nil {
+					body, rec = r.callMCP(ctx, p, idx, body)
+				} else {
+					body, rec = r.call(ctx, p, idx, body)
+				}
 				r.done.Add(1)
 				if measured {
 					agentRecs[w] = append(agentRecs[w], rec)
@@ -421,88 +453,11 @@ func (r *runner) progress(ctx context.Context, total int64, done <-chan struct{}
 	}
 }
 
-// callResponse is the agent's answer.
-type callResponse struct {
-	ID     string `json:"id"`
-	Result struct {
-		Status  string          `json:"status"`
-		Data    json.RawMessage `json:"data"`
-		Message string          `json:"message"`
-	} `json:"result"`
-}
-
-// call makes one signed agent call and checks the echo. body is a reusable buffer.
-func (r *runner) call(ctx context.Context, p *page, idx int64, body []byte) ([]byte, agentRec) {
-	var input [32]byte
-	in := append(strconv.AppendInt(append(input[:0], `{"seq":`...), idx, 10), '}')
-	body = append(body[:0], `{"user_id":`...)
-	body = strconv.AppendQuote(body, r.cfg.User)
-	body = append(body, `,"conversation_id":`...)
-	body = strconv.AppendQuote(body, p.conv)
-	body = append(body, `,"tool":"`+toolName+`","input":`...)
-	body = append(body, in...)
-	body = append(body, `,"tool_use_id":"tu-`...)
-	body = strconv.AppendInt(body, idx, 10)
-	body = append(body, `","timeout_ms":`...)
-	body = strconv.AppendInt(body, r.cfg.CallTimeout.Milliseconds(), 10)
-	body = append(body, '}')
-
-	rec := agentRec{start: time.Since(r.base)}
-	q := auth.SignRequest(http.MethodPost, r.agentPath, nil, body, r.cfg.Key, r.cfg.Secret, time.Now())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.agentURL+"?"+q.Encode(), bytes.NewReader(body))
-	if err != nil {
-		r.agentErr("request")
-		return body, rec
-	}
-	req.Header["Content-Type"] = []string{"application/json"}
-	resp, err := r.agentHTTP.Do(req)
-	if err != nil {
-		rec.end = time.Since(r.base)
-		if ctx.Err() == nil {
-			r.agentErr("transport")
-			r.sample("agent: " + err.Error())
-		} else {
-			r.agentErr("cancelled")
-		}
-		return body, rec
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
-	rec.end = time.Since(r.base)
-	if err != nil {
-		r.agentErr("transport")
-		return body, rec
-	}
-	if resp.StatusCode != http.StatusOK {
-		r.agentErr("http_" + strconv.Itoa(resp.StatusCode))
-		r.sample(fmt.Sprintf("agent: HTTP %d %.200s", resp.StatusCode, raw))
-		return body, rec
-	}
-	var cr callResponse
-	if err := json.Unmarshal(raw, &cr); err != nil {
-		r.agentErr("bad_response")
-		r.sample(fmt.Sprintf("agent: %.200s", raw))
-		return body, rec
-	}
-	rec.id = cr.ID
-	switch {
-	case cr.Result.Status != "ok":
-		r.agentErr("result_" + cr.Result.Status)
-		r.sample(fmt.Sprintf("agent: result %s %s", cr.Result.Status, cr.Result.Message))
-	case !bytes.Equal(cr.Result.Data, in):
-		r.agentErr("echo_mismatch")
-		r.sample(fmt.Sprintf("agent: sent %s got %s", in, cr.Result.Data))
-	default:
-		rec.ok = true
-	}
-	return body, rec
-}
-
 // summarize joins agent and page records by call id and computes the figures.
 func (r *runner) summarize(agentRecs [][]agentRec, pageRecs [][]pageRec) *Result {
 	cfg := r.cfg
 	res := &Result{
-		Mode: "bridge", H2C: cfg.H2C, Pages: cfg.Pages, Inflight: cfg.Inflight,
+		Mode: "bridge", Agent: cfg.Agent, H2C: cfg.H2C, Pages: cfg.Pages, Inflight: cfg.Inflight,
 		ThinkMS:              float64(cfg.Think) / float64(time.Millisecond),
 		Jitter:               cfg.ThinkJitter,
 		Cancels:              r.cancels.Load(),

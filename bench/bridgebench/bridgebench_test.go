@@ -21,6 +21,7 @@ import (
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/mcp"
 	"github.com/reverbgo/reverbgo/pusher"
 )
 
@@ -32,8 +33,9 @@ func startServer(t *testing.T) int {
 	cfg := &config.Config{Apps: []config.App{{
 		ID: "bench", Key: "bench-key", Secret: "bench-secret",
 		MaxMessageSize: 100000, ClientEventRateLimit: &zero,
-		Toolmark: config.Toolmark{Enabled: true},
+		Toolmark: config.Toolmark{Enabled: true, MCP: config.ToolmarkMCP{Enabled: true}},
 	}}}
+	cfg.Server.PublicURL = "http://mcp.invalid" // the handler below gets the real one; config only checks one is set
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -43,8 +45,14 @@ func startServer(t *testing.T) int {
 	br := bridge.New(bridge.Options{Publisher: srv, Sockets: srv, Apps: cfg, Logger: logger})
 	e := echo.New()
 	srv.Routes(e, "")
-	br.Register(e.Group(""), "")
+	g := e.Group("")
+	br.Register(g, "")
 	ts := httptest.NewUnstartedServer(e)
+	// The MCP endpoint as cmd/reverbgo mounts it, with public_url the loopback address the
+	// bench names in its tokens' aud.
+	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: cfg, Logger: logger,
+		PublicURL: "http://" + ts.Listener.Addr().String()})
+	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
 	ts.Config.Protocols = new(http.Protocols) // as cmd/reverbgo's plain port: HTTP/1.1 and h2c
 	ts.Config.Protocols.SetHTTP1(true)
 	ts.Config.Protocols.SetUnencryptedHTTP2(true)
@@ -52,6 +60,7 @@ func startServer(t *testing.T) int {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
+		mcpSrv.Close()
 		_ = srv.Shutdown(ctx)
 		br.Close()
 		ts.Close()
@@ -114,6 +123,36 @@ func TestRunH2C(t *testing.T) {
 	cfg.H2C = "pages"
 	if _, err := Run(context.Background(), cfg); err == nil {
 		t.Fatal("an unknown --h2c mode was accepted")
+	}
+}
+
+// TestRunAgents runs the same calls with the agent on either surface: every call answered
+// with its echo, correlated with its page record, no error; an unknown surface is refused.
+func TestRunAgents(t *testing.T) {
+	port := startServer(t)
+	for _, tc := range []struct {
+		agent, h2c string
+	}{{"calls", ""}, {"mcp", ""}, {"mcp", "agent"}} {
+		t.Run(tc.agent+"/"+tc.h2c, func(t *testing.T) {
+			cfg := testConfig(port)
+			cfg.Agent, cfg.H2C = tc.agent, tc.h2c
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Agent != tc.agent || res.Calls != 30 || res.OK != 30 || res.Errors != 0 || res.Correlated != 30 {
+				t.Fatalf("agent %s: calls %d ok %d errors %d correlated %d (%v %v %v)", res.Agent, res.Calls, res.OK,
+					res.Errors, res.Correlated, res.ErrorKinds, res.PageErrorKinds, res.ErrorSamples)
+			}
+			if res.Dispatch.Min < 0 || res.Return.Min < 0 || res.Overhead.Min < 0 {
+				t.Fatalf("negative leg: %+v", res)
+			}
+		})
+	}
+	cfg := testConfig(port)
+	cfg.Agent = "grpc"
+	if _, err := Run(context.Background(), cfg); err == nil {
+		t.Fatal("an unknown --agent was accepted")
 	}
 }
 

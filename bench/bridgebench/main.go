@@ -6,7 +6,8 @@
 // private-toolmark.{user}.{conversation} channel, with a one-tool manifest) that answer every
 // call event by POSTing the result to /toolmark/bridge/{conversation}, and an agent that keeps
 // M signed POST /apps/{id}/toolmark/calls in flight (closed loop, round-robin over the
-// conversations). With --think the page holds each call for a simulated tool time first, so
+// conversations), or with --agent mcp M tools/call requests over the server's MCP endpoint
+// (one Streamable HTTP session per conversation). With --think the page holds each call for a simulated tool time first, so
 // that many calls are in flight at a moderate rate. Every call is correlated by id between
 // the two sides (one clock), which splits the round trip into dispatch (agent POST → call
 // event read), page time (event → result POST) and return (result POST → agent answer).
@@ -70,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.PID, "pid", 0, "server PID: CPU time from /proc/PID/stat")
 	fs.IntVar(&c.DialConcurrency, "dial-concurrency", 64, "page sockets set up at once")
 	fs.StringVar(&c.H2C, "h2c", "", `HTTP/2 cleartext (prior knowledge): "agent" for the agent's calls, "all" for the pages' POSTs too; "" = HTTP/1.1`)
+	fs.StringVar(&c.Agent, "agent", agentCalls, `the agent's surface: "calls" (POST /apps/{id}/toolmark/calls) or "mcp" (tools/call at {path}/toolmark/mcp, one session per conversation; needs toolmark.mcp.enabled and server.public_url)`)
+	fs.StringVar(&c.MCPResource, "mcp-resource", "", "aud of the MCP tokens: the server's {public_url}{path}/toolmark/mcp (\"\" = http://{host}:{port}{path}/toolmark/mcp)")
 	quiet := fs.Bool("quiet", false, "no per-second progress lines")
 	cpuProfile := fs.String("cpuprofile", "", "write this tool's own CPU profile to the file (client-side costs)")
 	dump := fs.String("dump", "", "write one CSV line per measured, correlated call to the file (times in µs since start)")
@@ -89,13 +92,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Fprintf(stdout, "bridgebench: %d pages, %d calls in flight, %d calls (+%d warmup), think %v ±%.0f%%, server %s:%d, h2c %q\n",
-		c.Pages, c.Inflight, c.Calls, c.Warmup, c.Think, 100*c.ThinkJitter, c.Host, c.Port, c.H2C)
+	fmt.Fprintf(stdout, "bridgebench: %d pages, %d calls in flight, %d calls (+%d warmup), think %v ±%.0f%%, server %s:%d, h2c %q, agent %s\n",
+		c.Pages, c.Inflight, c.Calls, c.Warmup, c.Think, 100*c.ThinkJitter, c.Host, c.Port, c.H2C, c.Agent)
 	perConv := (c.Inflight + c.Pages - 1) / c.Pages
 	fmt.Fprintf(stdout, "limits (bridge defaults): results <= %d/s (pages × %d/s per socket, burst %d), calls <= %d/s (pages × %d/s per conversation), %d in flight per conversation (max %d)\n",
 		c.Pages*defPageRate, defPageRate, defPageBurst, c.Pages*defCallRate, defCallRate, perConv, defMaxInFlight)
 	if perConv > defMaxInFlight {
 		fmt.Fprintf(stderr, "bridgebench: warning: %d calls in flight per conversation is over the bridge's limit of %d: expect 429s\n", perConv, defMaxInFlight)
+	}
+	if c.Agent == agentMCP && c.Pages > defMaxMCPSessions {
+		fmt.Fprintf(stderr, "bridgebench: warning: %d MCP sessions (one per page) is over the server's default of %d per node: the oldest are closed and their calls fail\n", c.Pages, defMaxMCPSessions)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
 )
 
 // page is one simulated browser tab: one Pusher socket subscribed to its own
@@ -32,6 +33,8 @@ type page struct {
 	token    string // the page token from toolmark.session ("" with page_auth socket_id)
 	ws       *websocket.Conn
 	wmu      sync.Mutex // websocket writes (subscribe, pong)
+	// mcp is the conversation's MCP session (--agent mcp), nil otherwise.
+	mcp *benchkit.MCPSession
 }
 
 // wsEvent is a Pusher frame; data is a JSON string for every event the bench reads.
@@ -249,7 +252,7 @@ func (r *runner) readLoop(p *page, jobs chan<- job) {
 
 // pageRec is the page's view of one call, for correlation with the agent's.
 type pageRec struct {
-	id                       string
+	id                       string // the call id, or with --agent mcp the echoed input
 	recv, postStart, postEnd time.Duration
 	code                     int
 }
@@ -316,7 +319,11 @@ func (r *runner) poster(ctx context.Context, jobs <-chan job, out *[]pageRec) {
 			r.pageErr("post_http_" + strconv.Itoa(code))
 			r.sample(fmt.Sprintf("page POST: HTTP %d %s", code, msg))
 		}
-		*out = append(*out, pageRec{id: j.id, recv: j.recv, postStart: start, postEnd: end, code: code})
+		key := j.id
+		if j.p.mcp != nil {
+			key = string(input) // an MCP answer does not carry the call id: the agent knows its input
+		}
+		*out = append(*out, pageRec{id: key, recv: j.recv, postStart: start, postEnd: end, code: code})
 	}
 }
 

@@ -6,6 +6,7 @@
 #   bench/bridgebench/run.sh                 # all scenarios, 3 rounds
 #   ROUNDS=1 SCENARIOS="sat lat1s" bench/bridgebench/run.sh
 #   SCENARIOS="sat sat-h2c sat-h2call lat1s lat1s-h2c" bench/bridgebench/run.sh   # HTTP/1.1 vs h2c
+#   SCENARIOS="sat sat-mcp lat1s lat1s-mcp seq seq-mcp" bench/bridgebench/run.sh  # calls API vs MCP tools/call
 #   TRACE="lat1s" bench/bridgebench/run.sh   # plus a 5 s runtime trace of the server in round 1
 #   PROFILE="sat satwarn" bench/bridgebench/run.sh   # plus a 10 s server CPU profile in round 1
 #
@@ -29,6 +30,7 @@ cat >"$OUT/bridge-bench.yaml" <<EOF
 server:
   host: 127.0.0.1
   port: $PORT
+  public_url: "http://127.0.0.1:$PORT" # the aud of the MCP scenarios' tokens
 apps:
   - app_id: "bench"
     key: "bench-key"
@@ -37,6 +39,8 @@ apps:
     client_event_rate_limit: 0
     toolmark:
       enabled: true
+      mcp:
+        enabled: true
 EOF
 
 # scenario NAME → server log level and tool flags. 1000 pages = 1000 conversations with one
@@ -56,6 +60,11 @@ args_for() {
 	sat-h2c) echo "info --pages 1000 --inflight 1000 --calls 30000 --h2c agent" ;;
 	sat-h2call) echo "info --pages 1000 --inflight 1000 --calls 30000 --h2c all" ;;
 	lat1s-h2c) echo "info --pages 1000 --inflight 1000 --think 1s --think-jitter 0.5 --calls 15000 --h2c agent" ;;
+	# The same with the agent on the MCP endpoint (tools/call over Streamable HTTP, one session
+	# per conversation, HS256 tokens) instead of the calls API; pages unchanged.
+	sat-mcp) echo "info --pages 1000 --inflight 1000 --calls 30000 --agent mcp" ;;
+	lat1s-mcp) echo "info --pages 1000 --inflight 1000 --think 1s --think-jitter 0.5 --calls 15000 --agent mcp" ;;
+	seq-mcp) echo "info --pages 1000 --inflight 1 --warmup 200 --calls 8000 --agent mcp" ;;
 	*) echo "unknown scenario $1" >&2; return 1 ;;
 	esac
 }

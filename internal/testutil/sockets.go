@@ -55,6 +55,27 @@ func (s *Sockets) RemoveApp(app string) {
 	}
 }
 
+// SocketConversation implements bridge.ConversationSockets as pusher.Server does: the
+// channels are read in place and only the matching one's token is hashed.
+func (s *Sockets) SocketConversation(id, conversation string, parse func(string) (string, string, bool)) (appID, user, tokenHash string, n int, ok bool) {
+	s.mu.Lock()
+	sock, ok := s.m[id]
+	s.mu.Unlock()
+	if !ok {
+		return "", "", "", 0, false
+	}
+	hashed := false
+	for _, ch := range sock.channels {
+		if u, cv, ok := parse(ch); ok && cv == conversation {
+			user, hashed, n = u, strings.HasPrefix(ch, s.Prefix), n+1
+		}
+	}
+	if hashed {
+		tokenHash = s.Hash(PageToken(id))
+	}
+	return sock.app, user, tokenHash, n, true
+}
+
 // Subscriptions implements bridge.Sockets.
 func (s *Sockets) Subscriptions(id string) (string, map[string]string, bool) {
 	s.mu.Lock()
