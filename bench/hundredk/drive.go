@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -38,8 +39,9 @@ type workerProc struct {
 }
 
 type nodeProc struct {
-	addr string
-	cmd  *exec.Cmd
+	addr   string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process has ended (its one Wait)
 }
 
 func drive(args []string) (int, error) {
@@ -84,7 +86,7 @@ func drive(args []string) (int, error) {
 	defer func() {
 		for _, n := range ns {
 			_ = n.cmd.Process.Kill()
-			_ = n.cmd.Wait()
+			<-n.exited
 		}
 	}()
 	for i := range *nodes {
@@ -95,9 +97,14 @@ func drive(args []string) (int, error) {
 		ns = append(ns, n)
 	}
 	var addrs []string
-	for _, n := range ns {
+	for i, n := range ns {
 		if err := waitUp(n.addr, 20*time.Second); err != nil {
 			return 1, err
+		}
+		select {
+		case <-n.exited: // it answered /up, or another process on its port did
+			return 1, fmt.Errorf("node %d exited (see node%d.log)", i, i)
+		default:
 		}
 		addrs = append(addrs, n.addr)
 	}
@@ -155,7 +162,7 @@ func drive(args []string) (int, error) {
 	errs0, rec0 := sums(ws)
 	killed := time.Now()
 	_ = ns[0].cmd.Process.Signal(syscall.SIGKILL)
-	_ = ns[0].cmd.Wait()
+	<-ns[0].exited
 	var back time.Duration
 	for subscribed(ws) == total && time.Since(killed) < 10*time.Second {
 		time.Sleep(5 * time.Millisecond) // the workers report what they hold every 100 ms
@@ -205,12 +212,21 @@ func drive(args []string) (int, error) {
 }
 
 func startNode(bin, out string, i int, redisURL string) (*nodeProc, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	// A free port below the ephemeral range (32768 and up here), so neither this run's
+	// 93,000 client sockets nor another test's ":0" listener takes it between this check and
+	// the node's own listen (a node once lost its port so, and another process answered).
+	var addr string
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(20000+rand.IntN(12000)))
+		if err == nil {
+			addr = l.Addr().String()
+			l.Close()
+			break
+		}
 	}
-	addr := l.Addr().String()
-	l.Close()
+	if addr == "" {
+		return nil, fmt.Errorf("no free port for node %d", i)
+	}
 	host, port, _ := net.SplitHostPort(addr)
 	cfg := fmt.Sprintf(`server: {host: %s, port: %s}
 scaling: {enabled: true, redis_url: "%s", channel: hundredk}
@@ -230,7 +246,9 @@ apps:
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &nodeProc{addr: addr, cmd: cmd}, nil
+	n := &nodeProc{addr: addr, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(n.exited) }()
+	return n, nil
 }
 
 func waitUp(addr string, d time.Duration) error {

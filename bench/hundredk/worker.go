@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -96,7 +97,9 @@ func (w *worker) hold(ctx context.Context, at int, first chan struct{}) {
 	for attempt := 0; ; attempt++ {
 		addr := w.addrs[(at+attempt)%len(w.addrs)]
 		w.dials <- struct{}{}
-		c, err := benchkit.Dial(ctx, addr, app, "hundredk", 20*time.Second)
+		// From one of 127.0.0.2-.201 at random (benchkit.DialFrom: not every socket of the
+		// machine on 127.0.0.1's ephemeral range).
+		c, err := benchkit.DialFrom(ctx, net.IPv4(127, 0, 0, byte(2+rand.IntN(200))), addr, app, "hundredk", 20*time.Second)
 		if err == nil {
 			if _, err = c.Subscribe(app, w.channel, ""); err != nil {
 				c.Close()
