@@ -174,6 +174,12 @@ describe('invalid configuration stops start-up, naming the key', () => {
     await refuses(many, [/apps\[0\]\.max_connections/, /apps\[0\]\.secret/, /server\.path/, /apps\[0\]\.webhooks\[0\]\.event_types\[0\]/]);
   });
 
+  test('server.max_connections below -1 is named (-1 = no cap, 0 = from the open-file limit)', async () => {
+    const c = base();
+    c.server.max_connections = -2;
+    await refuses(c, [/server\.max_connections/, /-2/]);
+  });
+
   test('wrong types and broken YAML', async () => {
     await refuses('server:\n  port: "eighty"\napps:\n  - app_id: a\n    key: k\n    secret: s\n', [/port/]);
     await refuses('server: [unclosed\n', [/config/i]);
