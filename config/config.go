@@ -58,6 +58,10 @@ type Server struct {
 	WriteCoalesceMS *int `mapstructure:"write_coalesce_ms"`
 	// Compression is permessage-deflate (compression.go); off by default.
 	Compression Compression `mapstructure:"compression"`
+	// IOUring makes each flusher write a round's sockets with io_uring: one io_uring_enter
+	// for the whole fan-out instead of a writev per socket (Linux; where io_uring cannot be
+	// set up, logged once and writev is used). Off by default until it is measured.
+	IOUring bool `mapstructure:"io_uring"`
 }
 
 // WriteCoalesce is the effective coalescing window (0 = off).
