@@ -214,3 +214,9 @@ func TestRingFull(t *testing.T) {
 	_ = r.enter(1)
 	_, _, _ = r.pop()
 }
+
+// requireURing skips the test where the kernel refuses io_uring.
+func requireURing(t testing.TB) {
+	t.Helper()
+	testRing(t, 1)
+}
