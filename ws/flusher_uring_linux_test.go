@@ -142,6 +142,10 @@ func TestWritePathsSocketStates(t *testing.T) {
 			_ = unix.Shutdown(pc.peer, unix.SHUT_RDWR)
 			return ""
 		}, false, CauseWriteError},
+		{"descriptor closed", 1000, func(t *testing.T, pc *pairConn) string {
+			_ = pc.c.fdc.Close()
+			return ""
+		}, false, CauseWriteError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
