@@ -64,6 +64,10 @@ type Server struct {
 	// descriptors its HTTP API, Redis and webhooks need. 0 (the default) = the process's
 	// open-file limit less a reserve (NodeConnectionCap); -1 = no cap.
 	MaxConnections int `mapstructure:"max_connections"`
+	// IOUring makes each flusher write a round's sockets with io_uring: one io_uring_enter
+	// for the whole fan-out instead of a writev per socket (Linux; where io_uring cannot be
+	// set up, logged once and writev is used). Off by default until it is measured.
+	IOUring bool `mapstructure:"io_uring"`
 }
 
 // NodeConnectionCap is the effective server.max_connections (0 = no cap) for a process whose

@@ -307,3 +307,31 @@ func TestNodeConnectionCap(t *testing.T) {
 		})
 	}
 }
+
+// server.io_uring: off unless set, a bool (a typo'd value is refused, naming the key).
+func TestIOUringConfig(t *testing.T) {
+	clearEnv(t)
+	tests := []struct {
+		name   string
+		server string
+		want   bool
+	}{
+		{"absent: off", "", false},
+		{"true", "server: {io_uring: true}\n", true},
+		{"false", "server: {io_uring: false}\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(writeFile(t, tt.server+minimal))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Server.IOUring != tt.want {
+				t.Fatalf("IOUring = %v, want %v", c.Server.IOUring, tt.want)
+			}
+		})
+	}
+	if _, err := Load(writeFile(t, "server: {io_uring: sometimes}\n"+minimal)); err == nil || !strings.Contains(err.Error(), "io_uring") {
+		t.Fatalf("a non-bool: error %v, want it to name io_uring", err)
+	}
+}

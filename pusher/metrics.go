@@ -95,7 +95,8 @@ var (
 	descChannels       = desc("reverbgo_channels", "Occupied channels on this node, by channel type.", "app", "type")
 	descSubscriptions  = desc("reverbgo_subscriptions", "Channel subscriptions on this node, by channel type.", "app", "type")
 	descPresence       = desc("reverbgo_presence_members", "Distinct (channel, user) presence memberships held by this node's sockets.", "app")
-	descSocketWrites   = desc("reverbgo_socket_writes_total", "Writes to WebSocket sockets: path=writev counts the flushers' non-blocking writev syscalls, path=blocking the batches of the blocking writer (TLS, full sockets).", "path")
+	descSocketWrites   = desc("reverbgo_socket_writes_total", "Writes to WebSocket sockets: path=writev counts the flushers' non-blocking writev syscalls, path=io_uring their socket writes through io_uring (one SQE each, server.io_uring), path=blocking the batches of the blocking writer (TLS, full sockets).", "path")
+	descURingEnters    = desc("reverbgo_io_uring_enters_total", "io_uring_enter syscalls of the flushers (server.io_uring): each submits a round's io_uring socket writes and reaps them. The flushers' write syscalls are these plus reverbgo_socket_writes_total{path=\"writev\"}.")
 	descFramesWritten  = desc("reverbgo_frames_written_total", "Frames handed to socket writes; divided by reverbgo_socket_writes_total, the frames per write.")
 	descFlushRounds    = desc("reverbgo_flusher_rounds_total", "Flusher rounds (each writes every socket with frames queued); coalesced=true counts the rounds that waited for server.write_coalesce_ms.", "coalesced")
 )
@@ -108,7 +109,7 @@ type collector struct{ s *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConnections, descOpened, descClosed, descRefused, descSlow,
 		descClientMessages, descRateLimited, descPublished, descDeliveries, descDeliveryBytes,
-		descChannels, descSubscriptions, descPresence, descSocketWrites, descFramesWritten, descFlushRounds} {
+		descChannels, descSubscriptions, descPresence, descSocketWrites, descURingEnters, descFramesWritten, descFlushRounds} {
 		ch <- d
 	}
 	c.s.httpVec().Describe(ch)
@@ -162,7 +163,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- counter(descDeliveryBytes, bytes)
 	w := s.writeCounts()
 	ch <- counter(descSocketWrites, w.Writev, "writev")
+	ch <- counter(descSocketWrites, w.URing, "io_uring")
 	ch <- counter(descSocketWrites, w.Blocking, "blocking")
+	ch <- counter(descURingEnters, w.URingEnters)
 	ch <- counter(descFramesWritten, w.Frames)
 	ch <- counter(descFlushRounds, w.Rounds, "false")
 	ch <- counter(descFlushRounds, w.Coalesced, "true")

@@ -63,6 +63,11 @@ func newMetricsServer(t *testing.T, app func(*config.App)) *tserver {
 	t.Helper()
 	cfg := testConfig()
 	app(&cfg.Apps[0])
+	return newMetricsServerConfig(t, cfg)
+}
+
+func newMetricsServerConfig(t *testing.T, cfg *config.Config) *tserver {
+	t.Helper()
 	s := NewServer(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

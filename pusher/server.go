@@ -155,7 +155,8 @@ func NewServer(opts Options) *Server {
 	}
 	// Origin is checked per app after the upgrade (4009), in Accept.
 	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
-		CoalesceWindow: s.cfg.Server.WriteCoalesce(), Compression: wsCompression(s.cfg.Server.Compression)})
+		CoalesceWindow: s.cfg.Server.WriteCoalesce(), Compression: wsCompression(s.cfg.Server.Compression),
+		IOUring: s.cfg.Server.IOUring})
 	s.wg.Add(1)
 	go s.sweepLoop()
 	s.startHistorySweep()

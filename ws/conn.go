@@ -241,19 +241,32 @@ func (c *Conn) recycleLocked(orig net.Buffers) {
 }
 
 // flush is the fast path, run by the connection's flusher: one non-blocking writev of
-// everything queued. What the socket does not take stays with the writer (the slow path
-// goroutine gets it as its first batch); it never goes back into the queue, which others
-// may have appended to meanwhile.
+// everything queued. It is takeFlush, the write and endFlush; the flusher's io_uring
+// round (flusher_uring_linux.go) runs the same two halves around its own write.
 func (c *Conn) flush(f *flusher) {
+	batch := c.takeFlush()
+	if batch == nil {
+		return
+	}
+	ownAdd(&f.stats.frames, uint64(len(batch)))
+	rest, err := f.writev(c.raw, batch)
+	c.endFlush(batch, rest, err)
+}
+
+// takeFlush is the first half of a flusher's write: it takes the whole queue for a
+// non-blocking write and makes the flusher the writer (writerBusy). It returns nil when
+// there is nothing to write (the connection was taken by the slow path, is closed, or its
+// queue is empty; a closing one with an empty queue is finished here).
+func (c *Conn) takeFlush() net.Buffers {
 	c.mu.Lock()
 	if c.writer != writerScheduled {
 		c.mu.Unlock()
-		return
+		return nil
 	}
 	if c.state >= stateClosed {
 		c.writer = writerIdle
 		c.mu.Unlock()
-		return
+		return nil
 	}
 	if len(c.queue) == 0 {
 		c.writer = writerIdle
@@ -265,19 +278,24 @@ func (c *Conn) flush(f *flusher) {
 		if finish {
 			c.finishClose()
 		}
-		return
+		return nil
 	}
-	// The batch leaves the count while the non-blocking writev runs (it takes what the
+	// The batch leaves the count while the non-blocking write runs (it takes what the
 	// socket has room for at once); what it leaves goes to the slow path and counts again.
 	batch, _ := c.takeBatchLocked()
 	c.writer = writerBusy
 	c.mu.Unlock()
+	return batch
+}
 
-	orig := batch
-	ownAdd(&f.stats.frames, uint64(len(batch)))
-	rest, err := f.writev(c.raw, batch)
+// endFlush is the second half: batch is what takeFlush returned, rest what the
+// non-blocking write left of it (nil when all went out; it may share batch's backing
+// array), err a write error. What the socket did not take stays with the writer (the slow
+// path goroutine gets it as its first batch); it never goes back into the queue, which
+// others may have appended to meanwhile. An error drops the connection (CauseWriteError).
+func (c *Conn) endFlush(batch, rest net.Buffers, err error) {
 	if err != nil {
-		clear(orig)
+		clear(batch)
 		c.abort(CauseWriteError)
 		return
 	}
@@ -291,16 +309,16 @@ func (c *Conn) flush(f *flusher) {
 		for _, b := range restCopy {
 			n += len(b)
 		}
-		clear(orig)
+		clear(batch)
 		c.mu.Lock()
 		c.writingBytes = n
 		c.mu.Unlock()
 		go c.writeLoop(restCopy) // the writer stays busy: the slow path owns the socket now
 		return
 	}
-	clear(orig)
+	clear(batch)
 	c.mu.Lock()
-	c.recycleLocked(orig)
+	c.recycleLocked(batch)
 	c.writingBytes = 0
 	c.writer = writerIdle
 	k := c.kickLocked()

@@ -3,10 +3,13 @@ package ws
 import "time"
 
 // WriteCounts are the write path's counters summed over every flusher: Writev the flushers'
-// writev syscalls, Blocking the batches of the blocking writers (TLS, full sockets), Frames
-// the frames handed to either, Rounds the flusher rounds that started at once and Coalesced
-// those that waited for the coalescing window first (a round is one or the other).
-type WriteCounts struct{ Writev, Blocking, Frames, Rounds, Coalesced uint64 }
+// writev syscalls, URing their socket writes through io_uring (one SQE each) and
+// URingEnters the io_uring_enter syscalls that carried those (Options.IOUring), Blocking
+// the batches of the blocking writers (TLS, full sockets), Frames the frames handed to any
+// of them, Rounds the flusher rounds that started at once and Coalesced those that waited
+// for the coalescing window first (a round is one or the other). The flushers' syscalls
+// are Writev + URingEnters.
+type WriteCounts struct{ Writev, URing, URingEnters, Blocking, Frames, Rounds, Coalesced uint64 }
 
 // WriteCounts sums the flushers' counters; scrape-time cost only.
 func (s *Server) WriteCounts() WriteCounts {
@@ -14,6 +17,8 @@ func (s *Server) WriteCounts() WriteCounts {
 	for _, f := range s.flushers {
 		st := &f.stats
 		w.Writev += st.writev.Load()
+		w.URing += st.uring.Load()
+		w.URingEnters += st.enters.Load()
 		w.Blocking += st.blocking.Load()
 		w.Frames += st.frames.Load() + st.blockingFrames.Load()
 		w.Coalesced += st.coalesced.Load()
@@ -22,9 +27,9 @@ func (s *Server) WriteCounts() WriteCounts {
 	return w
 }
 
-// FramesPerWrite is Frames / (Writev + Blocking), 0 before the first write.
+// FramesPerWrite is Frames / (Writev + URing + Blocking), 0 before the first write.
 func (w WriteCounts) FramesPerWrite() float64 {
-	if n := w.Writev + w.Blocking; n > 0 {
+	if n := w.Writev + w.URing + w.Blocking; n > 0 {
 		return float64(w.Frames) / float64(n)
 	}
 	return 0

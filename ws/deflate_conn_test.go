@@ -54,7 +54,7 @@ func (s *zipSession) OnClose(cause Cause) { s.h.closed <- cause }
 // zipServer serves a zipHandler on tr with compression on or off.
 func zipServer(t *testing.T, tr transport, on bool) (*zipHandler, string) {
 	h := &zipHandler{closed: make(chan Cause, 16)}
-	s := NewServer(Options{Handler: h, Compression: Compression{Enabled: on, MinBytes: 256, Level: 1}})
+	s := NewServer(tr.options(t, Options{Handler: h, Compression: Compression{Enabled: on, MinBytes: 256, Level: 1}}))
 	ts := newHTTPServer(t, s, tr)
 	t.Cleanup(func() {
 		h.mu.Lock()
@@ -76,7 +76,7 @@ func zipServer(t *testing.T, tr transport, on bool) (*zipHandler, string) {
 // compression off, sees no extension and plain frames.
 func TestDeflateNegotiatedOnEveryPath(t *testing.T) {
 	big := `{"event":"big","data":"` + strings.Repeat(`{\"id\":12345,\"name\":\"reverb\"},`, 6000) + `"}` // ~200 KiB
-	for _, tr := range []transport{plainTransport, fastTransport, tlsTransport} {
+	for _, tr := range allTransports {
 		for _, tc := range []struct {
 			name          string
 			server, offer bool
@@ -203,7 +203,7 @@ func (r *rawDeflateConn) closeCode(t *testing.T) int {
 // deflate bomb closes 1009; RSV1 misuse closes 1002.
 func TestDeflateWireRules(t *testing.T) {
 	msg := strings.Repeat(`{"id":1,"name":"reverb"},`, 40)
-	for _, tr := range []transport{plainTransport, fastTransport, tlsTransport} {
+	for _, tr := range allTransports {
 		t.Run(tr.String(), func(t *testing.T) {
 			h, url := zipServer(t, tr, true)
 			t.Run("compressed and plain", func(t *testing.T) {

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"log/slog"
 	"net"
 	"runtime"
 	"sync"
@@ -40,6 +41,8 @@ type flusher struct {
 	iov     iovecs
 	wv      writevCall // the writev callback's state, reused: no closure per write
 	waiting bool
+	ur      *uringWriter // the io_uring write path (server.io_uring); nil: writev
+	log     *slog.Logger
 
 	window time.Duration         // coalescing window, 0 = off
 	timer  *time.Timer           // the hold's timer, made on first need
@@ -62,7 +65,9 @@ type writevCall struct {
 // them with a plain load and store, no locked instruction; the slow path's are atomic adds.
 type writeStats struct {
 	writev    atomic.Uint64 // writev syscalls of the flusher (EAGAIN'd ones included)
-	frames    atomic.Uint64 // whole frames handed to them (a remainder is not counted twice)
+	uring     atomic.Uint64 // socket writes (SQEs) of the flusher's io_uring rounds
+	enters    atomic.Uint64 // io_uring_enter syscalls that submitted and reaped them
+	frames    atomic.Uint64 // whole frames handed to either (a remainder is not counted twice)
 	rounds    atomic.Uint64 // flusher rounds that started at once (a round writes every dirty socket)
 	coalesced atomic.Uint64 // flusher rounds that waited for the coalescing window first
 
@@ -73,11 +78,29 @@ type writeStats struct {
 // ownAdd adds n to a counter only the flusher's goroutine writes.
 func ownAdd(c *atomic.Uint64, n uint64) { c.Store(c.Load() + n) }
 
-func newFlushers(stop chan struct{}, window time.Duration) []*flusher {
+// newFlushers makes one flusher per P. With uring each tries to set up its io_uring; a
+// kernel that refuses (ENOSYS, EPERM from seccomp or kernel.io_uring_disabled) is logged
+// once and those flushers write with writev, the default path.
+func newFlushers(stop chan struct{}, window time.Duration, uring bool, log *slog.Logger) []*flusher {
 	n := runtime.GOMAXPROCS(0)
 	fs := make([]*flusher, n)
+	var firstErr error
+	failed := 0
 	for i := range fs {
 		fs[i] = newFlusher(stop, window)
+		fs[i].log = log
+		if !uring {
+			continue
+		}
+		if err := fs[i].useRing(ringEntries); err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	if failed > 0 {
+		log.Warn("io_uring unavailable, flushers write with writev", "error", firstErr, "flushers", failed)
 	}
 	return fs
 }
@@ -102,6 +125,7 @@ func (f *flusher) schedule(c *Conn) {
 }
 
 func (f *flusher) run() {
+	defer f.closeRing()
 	var next time.Time // earliest start of the next round (zero: at once); set after a busy round
 	for {
 		f.mu.Lock()
@@ -133,10 +157,7 @@ func (f *flusher) run() {
 		if f.window > 0 {
 			start = time.Now()
 		}
-		for i, c := range round {
-			c.flush(f)
-			round[i] = nil
-		}
+		f.writeRound(round)
 		f.mu.Lock()
 		load := len(round) + len(f.dirty)
 		if cap(round) <= 1<<16 {
@@ -147,6 +168,20 @@ func (f *flusher) run() {
 			next = start.Add(f.window)
 		}
 	}
+}
+
+// writeRound writes every connection of a round: through the io_uring when the flusher
+// has one (all sockets in one io_uring_enter), otherwise with a writev each. It leaves
+// round cleared (no references kept in the spare list).
+func (f *flusher) writeRound(round []*Conn) {
+	if f.ur != nil {
+		f.ur.round(f, round)
+	} else {
+		for _, c := range round {
+			c.flush(f)
+		}
+	}
+	clear(round)
 }
 
 // wait holds the next round back for d, or less if the server stops meanwhile.

@@ -101,17 +101,29 @@ type tserver struct {
 type transport int
 
 const (
-	plainTransport transport = iota // net/http, then a poller reads (Linux)
-	fastTransport                   // FastListener: the pollers accept and upgrade
-	tlsTransport                    // net/http over TLS, gorilla's reader
+	plainTransport     transport = iota // net/http, then a poller reads (Linux)
+	fastTransport                       // FastListener: the pollers accept and upgrade
+	tlsTransport                        // net/http over TLS, gorilla's reader
+	fastURingTransport                  // FastListener with Options.IOUring: flushers write with io_uring
 )
 
-func (tr transport) String() string { return [...]string{"plain", "fast", "tls"}[tr] }
+func (tr transport) String() string { return [...]string{"plain", "fast", "tls", "fast+io_uring"}[tr] }
+
+// options is o for a server on tr: fastURingTransport turns IOUring on (and skips the
+// test where the kernel refuses io_uring, which would only test the fallback).
+func (tr transport) options(t testing.TB, o Options) Options {
+	t.Helper()
+	if tr == fastURingTransport {
+		requireURing(t)
+		o.IOUring = true
+	}
+	return o
+}
 
 func newServer(t testing.TB, tr transport) *tserver {
 	t.Helper()
 	h := newEchoHandler()
-	s := NewServer(Options{Handler: h})
+	s := NewServer(tr.options(t, Options{Handler: h}))
 	return &tserver{h: h, s: s, ts: newHTTPServer(t, s, tr), tls: tr == tlsTransport}
 }
 
@@ -123,13 +135,20 @@ func newHTTPServer(t testing.TB, s *Server, tr transport) *httptest.Server {
 	mux.HandleFunc("GET /up", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "OK") })
 	ts := httptest.NewUnstartedServer(mux)
 	switch tr {
-	case fastTransport:
+	case fastTransport, fastURingTransport:
 		ts.Listener = s.FastListener(ts.Listener, "/app/")
 		ts.Start()
 	case tlsTransport:
 		ts.StartTLS()
 	default:
 		ts.Start()
+	}
+	if tr == fastURingTransport {
+		for _, f := range s.flushers {
+			if f.ur == nil {
+				t.Fatal("a server on fast+io_uring has a flusher without io_uring")
+			}
+		}
 	}
 	t.Cleanup(func() {
 		if h, ok := s.handler.(*echoHandler); ok {
@@ -143,10 +162,13 @@ func newHTTPServer(t testing.TB, s *Server, tr transport) *httptest.Server {
 	return ts
 }
 
-// transports runs fn over the poller path (plain TCP, with and without the fast listener)
-// and the gorilla path (TLS).
+// allTransports are every accept and write path.
+var allTransports = []transport{plainTransport, fastTransport, tlsTransport, fastURingTransport}
+
+// transports runs fn over the poller path (plain TCP, with and without the fast listener,
+// the latter also written with io_uring) and the gorilla path (TLS).
 func transports(t *testing.T, fn func(t *testing.T, ts *tserver)) {
-	for _, tr := range []transport{plainTransport, fastTransport, tlsTransport} {
+	for _, tr := range allTransports {
 		t.Run(tr.String(), func(t *testing.T) { fn(t, newServer(t, tr)) })
 	}
 }

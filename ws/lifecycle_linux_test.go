@@ -54,13 +54,14 @@ func TestAbortWhileOpening(t *testing.T) {
 		{"plain", plainTransport, 1},
 		{"fast", fastTransport, 1},
 		{"fast split head", fastTransport, 3},
+		{"fast io_uring", fastURingTransport, 1},
 		{"tls", tlsTransport, 0},
 	}
 	for _, a := range acts {
 		for _, p := range paths {
 			t.Run(a.name+"/"+p.name, func(t *testing.T) {
 				h := &openHandler{act: a.act, closed: make(chan Cause, 4)}
-				s := NewServer(Options{Handler: h})
+				s := NewServer(p.tr.options(t, Options{Handler: h}))
 				ts := &tserver{s: s, ts: newHTTPServer(t, s, p.tr), tls: p.tr == tlsTransport}
 				if p.pieces == 0 {
 					dialWire(t, ts, "x", "")

@@ -74,6 +74,10 @@ type Options struct {
 	CoalesceWindow time.Duration
 	// Compression is permessage-deflate (server.compression; off when not Enabled).
 	Compression Compression
+	// IOUring (server.io_uring; Linux) makes each flusher submit a round's writes to all
+	// its sockets in one io_uring_enter instead of a writev each. Where io_uring cannot be
+	// set up it is logged once and writev is used.
+	IOUring bool
 }
 
 // Server accepts WebSocket connections for one Handler: on Linux through epoll pollers
@@ -112,7 +116,7 @@ func NewServer(opts Options) *Server {
 		CheckOrigin:     func(*http.Request) bool { return true }, // the Handler judges Origin
 	}
 	s.initDeflate(opts.Compression)
-	s.flushers = newFlushers(s.stop, opts.CoalesceWindow)
+	s.flushers = newFlushers(s.stop, opts.CoalesceWindow, opts.IOUring, s.log)
 	for _, f := range s.flushers {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); f.run() }()

@@ -17,10 +17,10 @@ import (
 // so the server never holds more than the bound for it, and it ends with CauseOverflow.
 func TestStalledReaderCutByBound(t *testing.T) {
 	const bound = 256 << 10
-	for _, tr := range []transport{tlsTransport, plainTransport, fastTransport} {
+	for _, tr := range allTransports {
 		t.Run(tr.String(), func(t *testing.T) {
 			h := newEchoHandler()
-			s := NewServer(Options{Handler: h, MaxQueueBytes: bound})
+			s := NewServer(tr.options(t, Options{Handler: h, MaxQueueBytes: bound}))
 			ts := &tserver{h: h, s: s, ts: newHTTPServer(t, s, tr), tls: tr == tlsTransport}
 			w, _ := dialWire(t, ts, "echo", "")
 			_ = w.nc // it never reads again
@@ -44,6 +44,9 @@ func TestStalledReaderCutByBound(t *testing.T) {
 			if peak > bound {
 				t.Fatalf("buffered %d bytes, bound %d", peak, bound)
 			}
+			if w := s.WriteCounts(); tr == fastURingTransport && (w.URing == 0 || w.Writev != 0) {
+				t.Fatalf("write counts %+v: want the flushers' writes all through io_uring", w)
+			}
 			t.Logf("cut after %d frames (%d KiB), at most %d KiB buffered", sent, sent*len(frame)>>10, peak>>10)
 		})
 	}
@@ -57,11 +60,17 @@ func TestStalledReaderCutByBound(t *testing.T) {
 // non-blocking rounds), while every stalled client is cut by the bound. No clock is
 // read: a p99 comparison needs a quiet machine (bench/, not CI).
 func TestStalledReadersDoNotDelayOthers(t *testing.T) {
+	for _, tr := range []transport{fastTransport, fastURingTransport} {
+		t.Run(tr.String(), func(t *testing.T) { testStalledReadersDoNotDelayOthers(t, tr) })
+	}
+}
+
+func testStalledReadersDoNotDelayOthers(t *testing.T, tr transport) {
 	run := func(t *testing.T, stalled int) (delivered []int, slowPath int) {
 		h := newEchoHandler()
 		h.closed = make(chan Cause, 1024) // OnClose must not block the poller on the test
-		s := NewServer(Options{Handler: h, MaxQueueBytes: 64 << 10})
-		ts := &tserver{h: h, s: s, ts: newHTTPServer(t, s, fastTransport)}
+		s := NewServer(tr.options(t, Options{Handler: h, MaxQueueBytes: 64 << 10}))
+		ts := &tserver{h: h, s: s, ts: newHTTPServer(t, s, tr)}
 		const readers, rounds = 10, 200
 		var rs []*wireConn
 		for range readers {
@@ -113,6 +122,9 @@ func TestStalledReadersDoNotDelayOthers(t *testing.T) {
 				slowPath++
 			}
 			c.fdc.mu.Unlock()
+		}
+		if w := s.WriteCounts(); tr == fastURingTransport && (w.URingEnters == 0 || w.Writev != 0) {
+			t.Fatalf("write counts %+v: want the flushers' writes all through io_uring", w)
 		}
 		return delivered, slowPath
 	}

@@ -44,15 +44,21 @@ func (s *barrierSession) OnFrame(op byte, payload []byte) {
 // remainder (TestHookPartialWrite): every frame still parses and every "tick N" follows
 // its "ok N". (pusher's writequeue_test runs the same with real subscriptions.)
 func TestWriteQueueSurvivesPartialWrites(t *testing.T) {
+	for _, tr := range []transport{fastTransport, fastURingTransport} {
+		t.Run(tr.String(), func(t *testing.T) { testWriteQueueSurvivesPartialWrites(t, tr) })
+	}
+}
+
+func testWriteQueueSurvivesPartialWrites(t *testing.T, tr transport) {
 	TestHookPartialWrite = func() { time.Sleep(30 * time.Millisecond) }
 	t.Cleanup(func() { TestHookPartialWrite = nil })
 	h := newEchoHandler()
 	sess := &barrierSession{echoSession: echoSession{h: h}}
 	sess.current.Store(-1)
-	s := NewServer(Options{Handler: handlerFunc(func(req *Request, greeting []byte) Decision {
+	s := NewServer(tr.options(t, Options{Handler: handlerFunc(func(req *Request, greeting []byte) Decision {
 		return Decision{Session: sess, Greeting: AppendTextFrame(greeting, []byte("hello")), MaxMessageSize: testLimit}
-	}), MaxQueueBytes: 256 << 20})
-	ts := &tserver{h: h, s: s, ts: newHTTPServer(t, s, fastTransport)}
+	}), MaxQueueBytes: 256 << 20}))
+	ts := &tserver{h: h, s: s, ts: newHTTPServer(t, s, tr)}
 	t.Cleanup(func() {
 		for _, c := range h.conns() {
 			c.Abort()
