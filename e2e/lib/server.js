@@ -47,7 +47,9 @@ async function waitUp(url, ms) {
   let last;
   while (Date.now() < deadline) {
     try {
-      const res = await fetch(url);
+      // Each attempt is bounded: a port whose listener accepts but never answers (a
+      // process at its file limit, another one on the port) must fail the wait, not hang it.
+      const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
       if (res.ok) return;
       last = new Error(`status ${res.status}`);
     } catch (err) {
