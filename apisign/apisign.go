@@ -18,7 +18,6 @@ package apisign
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/internal/httpbody"
 )
 
 // signedContext is the context the middleware hands on: the request's, with the resolved
@@ -117,44 +117,18 @@ func SignedPath(r *http.Request, prefix string) (string, bool) {
 	return p[len(prefix):], true
 }
 
-// readBody reads the authenticated body through http.MaxBytesReader. A Content-Length over
-// the limit is refused before reading; otherwise the buffer is sized once from it.
+// readBody reads the authenticated body (httpbody.Read): 413 over the limit, 400 when it
+// cannot be read.
 func readBody(c echo.Context, limit int64) ([]byte, int, string) {
-	r := c.Request()
-	if r.ContentLength > limit {
+	body, err := httpbody.Read(c.Response().Writer, c.Request(), limit)
+	switch {
+	case errors.Is(err, httpbody.ErrTooLarge):
 		return nil, http.StatusRequestEntityTooLarge, "Request body is too large"
+	case err != nil:
+		return nil, http.StatusBadRequest, "Could not read the request body"
 	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, 0, ""
-	}
-	// One allocation when Content-Length is announced and right: the buffer has one spare
-	// byte, so the read that reports EOF needs no growth (bytes.Buffer.ReadFrom grew an
-	// exact-size buffer by 512 bytes, twice).
-	buf := make([]byte, 0, min(max(r.ContentLength, 511), preallocBody)+1)
-	// The server's own ResponseWriter, so that going over the limit also closes the
-	// connection (net/http's MaxBytesReader hook) instead of draining the rest.
-	rd := http.MaxBytesReader(c.Response().Writer, r.Body, limit)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := rd.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, 0, ""
-		}
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return nil, http.StatusRequestEntityTooLarge, "Request body is too large"
-			}
-			return nil, http.StatusBadRequest, "Could not read the request body"
-		}
-	}
+	return body, 0, ""
 }
-
-// preallocBody is the most readBody allocates before the bytes arrive.
-const preallocBody = 16 << 10
 
 // refuseUnread refuses a request whose body was not read. When a body is announced or
 // chunked, the connection ends with the answer: net/http would otherwise read up to 256 KiB

@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/internal/httpbody"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -123,7 +124,7 @@ func TestSignedPath(t *testing.T) {
 // TestReadBodyAllocs: a body with a right Content-Length is read in one allocation, and
 // bodies of every size around the growth points arrive whole.
 func TestReadBodyAllocs(t *testing.T) {
-	for _, n := range []int{0, 1, 510, 511, 512, 513, 4096, preallocBody, preallocBody + 1, 3 * preallocBody} {
+	for _, n := range []int{0, 1, 510, 511, 512, 513, 4096, httpbody.Prealloc, httpbody.Prealloc + 1, 3 * httpbody.Prealloc} {
 		for _, cl := range []int64{int64(n), -1} {
 			want := strings.Repeat("b", n)
 			req := httptest.NewRequest("POST", "/", strings.NewReader(want))

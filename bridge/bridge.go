@@ -2,8 +2,6 @@ package bridge
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/httpbody"
 	"github.com/reverbgo/reverbgo/origin"
 )
 
@@ -197,42 +196,13 @@ func (b *Bridge) Register(g *echo.Group, prefix string) {
 }
 
 // errBodyTooLarge means the body exceeded Limits.MaxBody (413).
-var errBodyTooLarge = errors.New("body too large")
+var errBodyTooLarge = httpbody.ErrTooLarge
 
-// readBody reads at most MaxBody bytes through http.MaxBytesReader; more means 413. It runs
-// only after the request's cheap checks (the page's socket and token), and it never
-// allocates ahead of what arrived: an announced Content-Length is trusted only up to
-// preallocBody, so a client trickling a large body holds no more than it sent.
+// readBody reads at most MaxBody bytes (httpbody.Read); more means 413. It runs only after
+// the request's cheap checks (the page's socket and token).
 func (b *Bridge) readBody(c echo.Context) ([]byte, error) {
-	r := c.Request()
-	if r.ContentLength > b.lim.MaxBody {
-		return nil, errBodyTooLarge
-	}
-	// One allocation when Content-Length is announced and right: the buffer has one spare
-	// byte, so the read that reports EOF needs no growth.
-	buf := make([]byte, 0, min(max(r.ContentLength, 511), preallocBody)+1)
-	rd := http.MaxBytesReader(c.Response().Writer, r.Body, b.lim.MaxBody)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := rd.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return nil, errBodyTooLarge
-			}
-			return nil, err
-		}
-	}
+	return httpbody.Read(c.Response().Writer, c.Request(), b.lim.MaxBody)
 }
-
-// preallocBody is the most readBody allocates before the bytes arrive.
-const preallocBody = 16 << 10
 
 // jsonError writes {"error": msg} with status code.
 func jsonError(c echo.Context, code int, msg string) error {
