@@ -215,6 +215,9 @@ func (f *floor) handlePage(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "no such call", http.StatusNotFound)
 			return
 		}
+		if m.Result == nil {
+			m.Result = json.RawMessage("null")
+		}
 		ch <- m.Result // buffered (1), and only the one who deleted the entry sends
 	case "manifest":
 		conv := r.PathValue("conv")
@@ -309,11 +312,10 @@ func (f *floor) handleCall(w http.ResponseWriter, r *http.Request) {
 		res = f.cancel(id, ch, timeoutResult)
 	case <-r.Context().Done(): // the agent went away
 		f.cancel(id, ch, nil)
-	}
-	t.Stop()
-	if res == nil {
+		t.Stop()
 		return
 	}
+	t.Stop()
 	out, _ := json.Marshal(callAnswer{ID: id, Result: res})
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out)
