@@ -9,6 +9,14 @@
 #   SCENARIOS="sat sat-mcp lat1s lat1s-mcp seq seq-mcp" bench/bridgebench/run.sh  # calls API vs MCP tools/call
 #   TRACE="lat1s" bench/bridgebench/run.sh   # plus a 5 s runtime trace of the server in round 1
 #   PROFILE="sat satwarn" bench/bridgebench/run.sh   # plus a 10 s server CPU profile in round 1
+#   SERVER=floor OUT=/tmp/bb-floor SCENARIOS="sat lat1s" ROUNDS=3 bench/bridgebench/run.sh
+#
+# SERVER=floor (default SERVER=reverbgo) runs the same scenarios against bench/bridgefloor, the
+# floor: the same wire (two HTTP requests and one WebSocket frame per call) with none of
+# reverbgo's checks, pinned, measured and profiled exactly as reverbgo is (same port, core 0,
+# GOMAXPROCS=1, --pid, --debug-addr). Calls API only: the MCP scenarios are refused; the log
+# level is ignored (the floor logs nothing per call), so satwarn is sat. Each JSON line
+# records the server; use a separate OUT per server.
 #
 # Needs taskset (util-linux) and a machine with at least 2 cores. Only loopback is used.
 set -euo pipefail
@@ -22,9 +30,18 @@ PORT=${PORT:-16421}
 DEBUG_ADDR=${DEBUG_ADDR:-127.0.0.1:16497}
 PROFILE=${PROFILE:-}
 TRACE=${TRACE:-}
+SERVER=${SERVER:-reverbgo}
+case $SERVER in
+reverbgo | floor) ;;
+*) echo "SERVER must be reverbgo or floor, not $SERVER" >&2; exit 1 ;;
+esac
 mkdir -p "$OUT"
 
-(cd "$repo" && go build -o "$OUT/rg-bridge" ./cmd/reverbgo && go build -o "$OUT/bridgebench" ./bench/bridgebench)
+if [ "$SERVER" = floor ]; then
+	(cd "$repo" && go build -o "$OUT/bridgefloor" ./bench/bridgefloor && go build -o "$OUT/bridgebench" ./bench/bridgebench)
+else
+	(cd "$repo" && go build -o "$OUT/rg-bridge" ./cmd/reverbgo && go build -o "$OUT/bridgebench" ./bench/bridgebench)
+fi
 
 cat >"$OUT/bridge-bench.yaml" <<EOF
 server:
@@ -69,6 +86,16 @@ args_for() {
 	esac
 }
 
+# Refuse what the floor does not serve before any run starts.
+if [ "$SERVER" = floor ]; then
+	for sc in $SCENARIOS; do
+		a=$(args_for "$sc")
+		case " $a " in
+		*" --agent mcp "*) echo "SERVER=floor serves the calls API only: drop scenario $sc" >&2; exit 1 ;;
+		esac
+	done
+fi
+
 # machine_busy prints the cores in use over 2 s (from /proc/stat).
 machine_busy() {
 	local a b
@@ -98,8 +125,14 @@ for round in $(seq 1 "$ROUNDS"); do
 			awk -v b="$busy" 'BEGIN{exit !(b < 0.3)}' && break
 			busy=$(machine_busy)
 		done
-		GOMAXPROCS=1 taskset -c 0 "$OUT/rg-bridge" start --config "$OUT/bridge-bench.yaml" \
-			--log-level "$level" --debug-addr "$DEBUG_ADDR" 2>"$OUT/server-$sc-$round.log" &
+		# taskset execs the server, so $! is the server's own pid (bridgebench --pid, VmHWM).
+		if [ "$SERVER" = floor ]; then
+			GOMAXPROCS=1 taskset -c 0 "$OUT/bridgefloor" --host 127.0.0.1 --port "$PORT" \
+				--debug-addr "$DEBUG_ADDR" 2>"$OUT/server-$sc-$round.log" &
+		else
+			GOMAXPROCS=1 taskset -c 0 "$OUT/rg-bridge" start --config "$OUT/bridge-bench.yaml" \
+				--log-level "$level" --debug-addr "$DEBUG_ADDR" 2>"$OUT/server-$sc-$round.log" &
+		fi
 		server_pid=$!
 		for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 		if [[ " $PROFILE " == *" $sc "* ]] && [ "$round" = 1 ]; then
@@ -108,14 +141,14 @@ for round in $(seq 1 "$ROUNDS"); do
 		if [[ " $TRACE " == *" $sc "* ]] && [ "$round" = 1 ]; then
 			(sleep 8 && curl -s -o "$OUT/server-$sc.trace" "http://$DEBUG_ADDR/debug/pprof/trace?seconds=5") &
 		fi
-		echo "== round $round $sc (machine busy before: $busy cores)"
+		echo "== round $round $sc on $SERVER (machine busy before: $busy cores)"
 		# shellcheck disable=SC2086
 		GOMAXPROCS=1 taskset -c 1 "$OUT/bridgebench" --port "$PORT" --pid "$server_pid" --timeout 3m --quiet \
 			$flags >"$OUT/run-$sc-$round.txt" 2>&1 || true
 		grep -E '^(calls|round trip|overhead|  dispatch|  return|server CPU|errors|  e\.g\.|bridgebench:)' "$OUT/run-$sc-$round.txt" || true
 		rss=$(awk '/VmHWM/{print $2}' "/proc/$server_pid/status")
-		tail -1 "$OUT/run-$sc-$round.txt" | awk -v s="$sc" -v r="$round" -v b="$busy" -v rss="$rss" \
-			'/^\{/{sub(/^\{/, "{\"scenario\":\"" s "\",\"round\":" r ",\"busy_before\":" b ",\"server_hwm_kib\":" rss ","); print}' >>"$OUT/$sc.jsonl"
+		tail -1 "$OUT/run-$sc-$round.txt" | awk -v s="$sc" -v r="$round" -v b="$busy" -v rss="$rss" -v srv="$SERVER" \
+			'/^\{/{sub(/^\{/, "{\"scenario\":\"" s "\",\"round\":" r ",\"server\":\"" srv "\",\"busy_before\":" b ",\"server_hwm_kib\":" rss ","); print}' >>"$OUT/$sc.jsonl"
 		wait_profile=$(jobs -p | grep -v "^$server_pid$" || true)
 		[ -n "$wait_profile" ] && wait $wait_profile 2>/dev/null || true
 		stop_server
