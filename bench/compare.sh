@@ -21,7 +21,8 @@
 # (extra config YAML lines for reverbgo's server: block, e.g. "write_coalesce_ms: 0"),
 # AA_APP_FLAGS (extra YAML of the A/A side's app only, which turns the A/A column into an A/B
 # of one feature: AA_APP_FLAGS="recovery: {enabled: true}" for recovery on against off),
-# AA_SERVER_FLAGS (the same for the server: block, in place of SERVER_FLAGS on the A/A side:
+# AA_BIN (a reverbgo binary the A/A side runs instead of this checkout's: an A/B of two builds,
+# e.g. a lever's branch against main), AA_SERVER_FLAGS (the same for the server: block, in place of SERVER_FLAGS on the A/A side:
 # AA_SERVER_FLAGS="io_uring: true" for the io_uring write path against writev), NBIO_FLAGS
 # (extra nbioserver flags, e.g. "--write-mode message" for nbio's own per-subscriber framing).
 # PROFILE (scenarios, e.g. "clientevents connections"): after a scenario's RUNS, one more run
@@ -51,6 +52,7 @@ export PUSHERBENCH=$BENCH_OUT/pusherbench
 export APP_ID=app-id APP_KEY=app-key APP_SECRET=app-secret
 
 (cd "$root" && CGO_ENABLED=0 go build -o "$BENCH_OUT/reverbgo" ./cmd/reverbgo)
+if [ -n "${AA_BIN:-}" ]; then cp "$AA_BIN" "$BENCH_OUT/reverbgo-aa-bin"; fi
 (cd "$root" && go build -o "$BENCH_OUT/comparetable" ./bench/comparetable)
 default_sides="soketi reverbgo reverbgo-aa rawserver"
 if [ -d "$root/bench/nbioserver" ] && (cd "$root/bench/nbioserver" && go build -o "$BENCH_OUT/nbioserver" .) 2>/dev/null; then
@@ -58,7 +60,7 @@ if [ -d "$root/bench/nbioserver" ] && (cd "$root/bench/nbioserver" && go build -
 fi
 SIDES=${SIDES:-$default_sides}
 commit=$(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- . ':!bench' || echo "+dirty")
-echo "commit $commit; sides: $SIDES; runs: $RUNS" | tee "$BENCH_OUT/run.txt"
+echo "commit $commit; sides: $SIDES; runs: $RUNS${AA_BIN:+; A/A side runs $AA_BIN}" | tee "$BENCH_OUT/run.txt"
 
 declare -A PORT PID
 PORT=([soketi]=16301 [reverbgo]=16401 [reverbgo-aa]=16402 [rawserver]=16501 [nbio]=16601)
@@ -76,10 +78,12 @@ apps:
 YAML
   local dbg=()
   [ "$1" = reverbgo ] && [ -n "${PROFILE:-}" ] && dbg=(--debug-addr "127.0.0.1:$((port + 1000))")
-  GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$BENCH_OUT/reverbgo" start \
+  local bin=$BENCH_OUT/reverbgo
+  [ "$1" = reverbgo-aa ] && [ -n "${AA_BIN:-}" ] && bin=$BENCH_OUT/reverbgo-aa-bin
+  GOMAXPROCS=1 setsid taskset -c 0 timeout "$LIFETIME" "$bin" start \
     --config "$BENCH_OUT/$1.yaml" --log-level warn "${dbg[@]}" >>"$BENCH_OUT/$1.log" 2>&1 </dev/null &
   for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$port/up" >/dev/null 2>&1 && break; sleep 0.1; done
-  PID[$1]=$(pgrep -f "^$BENCH_OUT/reverbgo start --config $BENCH_OUT/$1.yaml" | head -1) # not the timeout wrapper
+  PID[$1]=$(pgrep -f "^$bin start --config $BENCH_OUT/$1.yaml" | head -1) # not the timeout wrapper
 }
 start_side() { # side
   case $1 in
