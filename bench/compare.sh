@@ -110,7 +110,7 @@ bench() { # side mode flags...: one client run; its JSON summary line to stdout
   GOMAXPROCS=1 taskset -c 1 timeout 300 "$PUSHERBENCH" "$mode" --port "${PORT[$side]}" --pid "${PID[$side]}" \
     "${CREDS[@]}" "$@" >"$BENCH_OUT/last.txt" 2>&1 || true
   cat "$BENCH_OUT/last.txt" >>"$BENCH_OUT/log.txt"
-  grep "^{" "$BENCH_OUT/last.txt" | tail -1 || true
+  grep -a "^{" "$BENCH_OUT/last.txt" | tail -1 || true
 }
 warm=1
 # sides_for SCENARIO: the sides that can run it. rawserver and nbioserver ignore client
@@ -181,7 +181,7 @@ for sc in $scenarios; do
     echo "sockets open during the fan-out: $(ls /proc/"${PID[reverbgo]}"/fd | wc -l)" | tee -a "$BENCH_OUT/run.txt"
     wait "$holder" || true
     cat "$BENCH_OUT/hold19k-fanout.txt" | tee -a "$BENCH_OUT/run.txt"
-    grep '^{' "$BENCH_OUT/hold19k-conns.txt" | tail -1 | tee -a "$BENCH_OUT/run.txt" ;;
+    grep -a '^{' "$BENCH_OUT/hold19k-conns.txt" | tail -1 | tee -a "$BENCH_OUT/run.txt" ;;
   *) echo "compare.sh: unknown scenario $sc" >&2; exit 1 ;;
   esac
 done

@@ -56,7 +56,7 @@ for r in $(seq 1 "$RUNS"); do
       --app-id bench --key bench-key --secret bench-secret -n "$N" -m "$M" --rate "$RATE" >"$BENCH_OUT/last.txt" 2>&1 || true
     cat "$BENCH_OUT/last.txt" >>"$BENCH_OUT/log.txt"
     grep -v '^{' "$BENCH_OUT/last.txt" >&2 || true
-    grep '^{' "$BENCH_OUT/last.txt" | tail -1 >>"$BENCH_OUT/$side.jsonl" || true
+    grep -a '^{' "$BENCH_OUT/last.txt" | tail -1 >>"$BENCH_OUT/$side.jsonl" || true
     sleep 1
   done
 done
