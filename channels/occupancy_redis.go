@@ -82,7 +82,7 @@ func NewRedisOccupancy(nodes redisNodeOwner, syncPrefix string, logger *slog.Log
 		counts: map[string]int64{}, pending: map[string]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	o.n.Track(NodeState{Keys: []string{"conns"}, BucketKeys: []string{"subs"}, Resync: o.Resync, Tick: o.tick})
+	o.n.Track(NodeState{Name: "occupancy", Keys: []string{"conns"}, BucketKeys: []string{"subs"}, Resync: o.Resync, Tick: o.tick})
 	go o.loop()
 	return o
 }

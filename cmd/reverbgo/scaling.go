@@ -212,7 +212,7 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	c.broker.Start(reg.DeliverLocal)
 	// Redis trouble seen by the heartbeat (a rejoin, a gap) makes the server reconcile what
 	// its presence subscribers were told (pusher/presence_reconcile.go).
-	c.nodes.Track(channels.NodeState{Tick: func(_ context.Context, rejoined bool) error { srv.PresenceHeartbeat(rejoined); return nil }})
+	c.nodes.Track(channels.NodeState{Name: "presence reconcile", Tick: func(_ context.Context, rejoined bool) error { srv.PresenceHeartbeat(rejoined); return nil }})
 	c.nodes.Start()
 	// On Redis Cluster the node's subscription connections (one per bucket) are made before
 	// it takes sockets, so first subscribes do not wait for dials.
