@@ -348,8 +348,8 @@ func (p *RedisPresence) Buckets() int { return p.nodes.Buckets() }
 func (p *RedisPresence) SocketBucket(socketID string) int { return p.nodes.SocketBucket(socketID) }
 
 // TrackNodeBucketState registers per-node bucket state (RedisNodes.TrackNodeBucketState).
-func (p *RedisPresence) TrackNodeBucketState(resync func(context.Context) error, tick func(context.Context, bool) error, suffixes ...string) {
-	p.nodes.TrackNodeBucketState(resync, tick, suffixes...)
+func (p *RedisPresence) TrackNodeBucketState(name string, resync func(context.Context) error, suffixes ...string) {
+	p.nodes.TrackNodeBucketState(name, resync, suffixes...)
 }
 
 // ResyncSoon asks the registry's next heartbeat for every other per-node state's resync
