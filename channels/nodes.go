@@ -122,6 +122,9 @@ type nodes struct {
 	// indexes in states of those whose resync failed since, retried alone (under hb).
 	soon  atomic.Bool
 	retry map[int]bool
+	// rejoinAgain: a rejoin's resync failed, so the next heartbeat resyncs as a rejoin
+	// although the registry lists the node again by then (under hb).
+	rejoinAgain bool
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -216,18 +219,23 @@ func (n *nodes) Heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	rejoined = rejoined || n.rejoinAgain
 	if rejoined {
 		// The resync below covers every ResyncSoon made so far, and every retry: none runs
 		// again after it (one asked for meanwhile runs after the ticks).
 		asked, retry := n.soon.Swap(false), n.retry
 		n.retry = nil
 		if err := n.resync(ctx, states); err != nil {
+			// The beat listed the node again: without this, no later heartbeat would be
+			// a rejoin and the states after the failed one would never be written.
+			n.rejoinAgain = true
 			n.retry = retry
 			if asked {
 				n.soon.Store(true)
 			}
 			return err
 		}
+		n.rejoinAgain = false
 	}
 	for _, s := range states {
 		if s.Tick != nil {

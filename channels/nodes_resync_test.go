@@ -193,6 +193,19 @@ func TestRedisNodesResyncSoon(t *testing.T) {
 			e.beat()
 			e.want("the heartbeat after", nil, map[string]int{"alpha": 1, "beta": 1, "once": 1})
 		}},
+		{"a failed rejoin resync is retried whole at the next heartbeat", map[string]int{"alpha": 1}, func(e *resyncEnv) {
+			e.lose(occupancy, "alpha", "beta", "once")
+			e.rejoin()
+			if err := e.nodes.Heartbeat(context.Background()); err == nil {
+				e.t.Fatal("the rejoin heartbeat reported no error with alpha's resync failing")
+			}
+			e.want("the failed rejoin", map[string]bool{"alpha": false, "beta": false, "once": false},
+				map[string]int{"alpha": 1, "beta": 0, "once": 0})
+			e.beat() // listed again, but still a rejoin's resync
+			e.want("the heartbeat after", all, map[string]int{"alpha": 2, "beta": 1, "once": 1})
+			e.beat()
+			e.want("the next one", nil, map[string]int{"alpha": 2, "beta": 1, "once": 1})
+		}},
 		{"a rejoin's resync covers a pending retry", map[string]int{"beta": 1}, func(e *resyncEnv) {
 			e.nodes.ResyncSoon()
 			e.beat()
