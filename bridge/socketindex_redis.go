@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,7 +23,7 @@ type ClusterNodes interface {
 	Buckets() int
 	SocketBucket(socketID string) int
 	LiveNodes(ctx context.Context) ([]string, error)
-	TrackNodeBucketState(resync func(context.Context) error, tick func(context.Context, bool) error, suffixes ...string)
+	TrackNodeBucketState(name string, resync func(context.Context) error, suffixes ...string)
 	// NodeKeyTTL bounds a per-node key that a write creates after its node left (the
 	// owner's heartbeat refreshes it meanwhile).
 	NodeKeyTTL() time.Duration
@@ -53,8 +52,6 @@ type RedisSocketIndex struct {
 	// snapshot of memory is never written over a newer entry: a write that raced it waits and
 	// lands after it.
 	resync sync.RWMutex
-	// soon asks the next heartbeat for a Resync (ResyncSoon).
-	soon atomic.Bool
 }
 
 var _ SocketIndex = (*RedisSocketIndex)(nil)
@@ -66,27 +63,8 @@ func NewRedisSocketIndex(rdb redis.UniversalClient, nodes ClusterNodes, logger *
 		logger = slog.Default()
 	}
 	x := &RedisSocketIndex{local: NewMemorySocketIndex(), rdb: rdb, nodes: nodes, log: logger}
-	nodes.TrackNodeBucketState(x.Resync, x.tick, socketsSuffix)
+	nodes.TrackNodeBucketState("socket index", x.Resync, socketsSuffix)
 	return x
-}
-
-// ResyncSoon makes the node's next heartbeat write its hashes again from memory. Call it
-// when what Redis holds may have lost writes while the node stayed listed: a Sentinel or
-// Cluster failover promotes a replica that may not have received the last HSET or HDEL, so
-// one page's entry is missing (its POSTs answered 401 "Unknown socket") or a gone socket's
-// stays, with the node's heartbeat intact and no resync otherwise.
-func (x *RedisSocketIndex) ResyncSoon() { x.soon.Store(true) }
-
-// tick runs a requested resync on the heartbeat; a failed one is asked for again.
-func (x *RedisSocketIndex) tick(ctx context.Context, rejoined bool) error {
-	if !x.soon.Swap(false) || rejoined { // a rejoin has just resynced
-		return nil
-	}
-	if err := x.Resync(ctx); err != nil {
-		x.soon.Store(true)
-		x.log.Warn("socket index resync failed; retried at the next heartbeat", "error", err)
-	}
-	return nil
 }
 
 // key is node's index hash of bucket b.
@@ -169,8 +147,11 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 	return "", nil, false, nil
 }
 
-// Resync rewrites this node's hashes from memory (after Redis lost them), each atomically
-// (a reader never sees a bucket's hash between its DEL and its HSET), in one pipeline.
+// Resync rewrites this node's hashes from memory, each atomically (a reader never sees a
+// bucket's hash between its DEL and its HSET), in one pipeline: the registry runs it when
+// Redis lost the node, and after its ResyncSoon (channels.RedisNodes.ResyncSoon), when a
+// promoted replica may lack the last HSET or HDEL (a page's POSTs answered 401 "Unknown
+// socket", or a gone socket still found).
 func (x *RedisSocketIndex) Resync(ctx context.Context) error {
 	x.resync.Lock()
 	defer x.resync.Unlock()

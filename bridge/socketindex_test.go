@@ -219,9 +219,9 @@ func resyncAfterLoss(t *testing.T, be indexBackend) {
 }
 
 // resyncSoonRepairs: a failover lost node B's last HSET (socket 2.1) and an HDEL (socket 2.9
-// left) while B stayed listed, so no heartbeat resyncs by itself; after ResyncSoon (the
-// server calls it on every restored subscription gap) B's next heartbeat writes its hashes
-// again: A finds 2.1 and no longer finds 2.9.
+// left) while B stayed listed, so no heartbeat resyncs by itself; after the registry's
+// ResyncSoon (the server calls it on every restored subscription gap) B's next heartbeat
+// writes its hashes again: A finds 2.1 and no longer finds 2.9.
 func resyncSoonRepairs(t *testing.T, be indexBackend) {
 	ctx := context.Background()
 	ns, rdb := be.nodes(t, 2)
@@ -246,7 +246,7 @@ func resyncSoonRepairs(t *testing.T, be indexBackend) {
 	if _, _, ok := lookup(t, ns[0].idx, "2.1"); ok {
 		t.Fatal("a heartbeat alone repaired the lost entry: the case does not test ResyncSoon")
 	}
-	b.idx.(*bridge.RedisSocketIndex).ResyncSoon()
+	b.pres.ResyncSoon()
 	if err := b.pres.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,8 +17,9 @@ import (
 // occupancy keep per-node state; each registers a NodeState with Track, and the registry
 // calls it: Reap on a survivor for a dead node (and on this node for itself at Close),
 // Resync on this node when the registry had lost it (reaped during a long pause, Redis
-// restarted empty or failed over), Tick on every heartbeat. A node is unlisted only after
-// every NodeState reaped it, so a reaper that dies midway leaves the node for the next one.
+// restarted empty or failed over) and at the heartbeat after ResyncSoon, Tick on every
+// heartbeat. A node is unlisted only after every NodeState reaped it, so a reaper that dies
+// midway leaves the node for the next one.
 //
 // RedisNodes serves a cluster, MemoryNodes the nodes of one process (tests, and the shared
 // suite channelstest.RunNodeRegistry runs against both).
@@ -27,9 +30,13 @@ type NodeRegistry interface {
 	LiveNodes(ctx context.Context) ([]string, error)
 	// Track registers per-node state; call it before Start.
 	Track(s NodeState)
-	// Heartbeat marks this node alive, resyncs when the registry had lost it, ticks and reaps
-	// the dead nodes. Start calls it every NodeTimeout/10.
+	// Heartbeat marks this node alive, resyncs when the registry had lost it, ticks, runs
+	// the resyncs ResyncSoon asked for and reaps the dead nodes. Start calls it every
+	// NodeTimeout/10.
 	Heartbeat(ctx context.Context) error
+	// ResyncSoon makes the next heartbeat resync this node's state although the registry
+	// still lists it (Redis may have lost writes: a failover).
+	ResyncSoon()
 	// Start heartbeats at once, then every NodeTimeout/10.
 	Start()
 	// Close stops the heartbeat, reaps this node's own state (every NodeState's Closing, then
@@ -40,6 +47,8 @@ type NodeRegistry interface {
 // NodeState is one kind of per-node state kept by a NodeRegistry's user. Every func may be
 // nil.
 type NodeState struct {
+	// Name names the state in the registry's logs (default: its key suffixes).
+	Name string
 	// Keys are per-node Redis key suffixes (RedisNodes.NodeKey): deleted when their node is
 	// reaped, and bounded by a TTL the owner's heartbeat refreshes (see RedisNodes).
 	Keys []string
@@ -49,14 +58,26 @@ type NodeState struct {
 	// Reap removes a dead node's state, entries whose node heartbeated after cutoff excepted;
 	// survivors may run it for the same node at once and each entry must go exactly once.
 	Reap func(ctx context.Context, node string, cutoff time.Time) error
-	// Resync writes this node's state again from memory after the registry lost the node.
+	// Resync writes this node's state again from memory after the registry lost the node,
+	// and after ResyncSoon unless RejoinOnly.
 	Resync func(ctx context.Context) error
-	// Tick runs on every heartbeat, after a Resync; rejoined reports that one ran.
+	// RejoinOnly keeps Resync to the heartbeat that finds the node lost: the state repairs
+	// the writes a failover lost by itself (presence compares its memberships with Redis,
+	// RedisPresence.VerifySoon), so ResyncSoon leaves it alone.
+	RejoinOnly bool
+	// Tick runs on every heartbeat, after a rejoin's Resync (rejoined reports that one ran)
+	// and before those ResyncSoon asked for.
 	Tick func(ctx context.Context, rejoined bool) error
 	// Closing runs at Close before this node's own Reap (last writes, retried leaves).
 	Closing func(ctx context.Context)
+}
 
-	owner any // set by this package's own trackers (see resync)
+// name is s.Name, or its key suffixes.
+func (s NodeState) name() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return strings.Join(append(slices.Clone(s.Keys), s.BucketKeys...), "+")
 }
 
 // ErrNodeClosed is returned by Heartbeat after Close.
@@ -97,6 +118,13 @@ type nodes struct {
 	// node unlisted) with Close; closed refuses every heartbeat after Close.
 	hb     sync.Mutex
 	closed atomic.Bool
+	// soon asks the next heartbeat to resync every NodeState (ResyncSoon); retry holds the
+	// indexes in states of those whose resync failed since, retried alone (under hb).
+	soon  atomic.Bool
+	retry map[int]bool
+	// rejoinAgain: a rejoin's resync failed, so the next heartbeat resyncs as a rejoin
+	// although the registry lists the node again by then (under hb).
+	rejoinAgain bool
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -191,10 +219,23 @@ func (n *nodes) Heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	rejoined = rejoined || n.rejoinAgain
 	if rejoined {
-		if err := n.resync(ctx, states, nil); err != nil {
+		// The resync below covers every ResyncSoon made so far, and every retry: none runs
+		// again after it (one asked for meanwhile runs after the ticks).
+		asked, retry := n.soon.Swap(false), n.retry
+		n.retry = nil
+		if err := n.resync(ctx, states); err != nil {
+			// The beat listed the node again: without this, no later heartbeat would be
+			// a rejoin and the states after the failed one would never be written.
+			n.rejoinAgain = true
+			n.retry = retry
+			if asked {
+				n.soon.Store(true)
+			}
 			return err
 		}
+		n.rejoinAgain = false
 	}
 	for _, s := range states {
 		if s.Tick != nil {
@@ -203,6 +244,7 @@ func (n *nodes) Heartbeat(ctx context.Context) error {
 			}
 		}
 	}
+	n.resyncSoon(ctx, states)
 	dead, err := n.be.dead(ctx, cutoff)
 	if err != nil {
 		return err
@@ -219,16 +261,47 @@ func (n *nodes) Heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// resync runs every NodeState's Resync except the one skip owns (its caller's own).
-func (n *nodes) resync(ctx context.Context, states []NodeState, skip any) error {
+// resync runs every NodeState's Resync.
+func (n *nodes) resync(ctx context.Context, states []NodeState) error {
 	for _, s := range states {
-		if s.Resync != nil && (skip == nil || s.owner != skip) {
+		if s.Resync != nil {
 			if err := s.Resync(ctx); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// ResyncSoon makes the next heartbeat run every NodeState's Resync (but RejoinOnly ones).
+// Call it when Redis may have lost writes while the node stayed listed: a Sentinel or
+// Cluster failover promotes a replica that may lack the last writes (a bridge page's index
+// entry, a written-through count), with the node's heartbeat intact and no rejoin to resync
+// otherwise. A heartbeat that finds the node lost resyncs everything anyway and runs none
+// twice; a Resync that fails is retried alone at the following heartbeat.
+func (n *nodes) ResyncSoon() { n.soon.Store(true) }
+
+// resyncSoon runs what ResyncSoon asked for and the retries of earlier failures (under hb,
+// after the ticks: a presence verify that found lost writes asks for the others' resync).
+func (n *nodes) resyncSoon(ctx context.Context, states []NodeState) {
+	all := n.soon.Swap(false)
+	if !all && len(n.retry) == 0 {
+		return
+	}
+	for i, s := range states {
+		if s.Resync == nil || s.RejoinOnly || !all && !n.retry[i] {
+			continue
+		}
+		if err := s.Resync(ctx); err != nil {
+			if n.retry == nil {
+				n.retry = map[int]bool{}
+			}
+			n.retry[i] = true
+			n.log.Warn("per-node state resync failed; retried at the next heartbeat", "state", s.name(), "error", err, "node", n.node)
+			continue
+		}
+		delete(n.retry, i)
+	}
 }
 
 // reap marks node as being reaped, so that nothing joins under it any more, runs every

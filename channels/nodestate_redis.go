@@ -93,10 +93,10 @@ func (r *RedisNodes) TrackNodeState(resync func(context.Context) error, suffixes
 }
 
 // TrackNodeBucketState registers per-node hashes under NodeBucketKey(node, suffix, b) for
-// every bucket b, the resync that writes this node's again, and a Tick (may be nil) for
-// every heartbeat.
-func (r *RedisNodes) TrackNodeBucketState(resync func(context.Context) error, tick func(context.Context, bool) error, suffixes ...string) {
-	r.Track(NodeState{BucketKeys: suffixes, Resync: resync, Tick: tick})
+// every bucket b and the resync that writes this node's again (after a rejoin, and after
+// ResyncSoon); name is the state's in logs.
+func (r *RedisNodes) TrackNodeBucketState(name string, resync func(context.Context) error, suffixes ...string) {
+	r.Track(NodeState{Name: name, BucketKeys: suffixes, Resync: resync})
 }
 
 // redisNodes is how the per-node state of this package finds its registry (a RedisNodes, or

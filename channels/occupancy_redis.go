@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,7 +61,6 @@ type RedisOccupancy struct {
 	conns   func() map[string]int64 // app -> open sockets on this node (SetConnections)
 	wrote   map[string]int64        // conns as last written
 	gen     uint64                  // bumped by Resync: a flush begun before it records nothing
-	soon    atomic.Bool             // the next heartbeat resyncs (ResyncSoon)
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -82,7 +80,7 @@ func NewRedisOccupancy(nodes redisNodeOwner, syncPrefix string, logger *slog.Log
 		counts: map[string]int64{}, pending: map[string]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	o.n.Track(NodeState{Keys: []string{"conns"}, BucketKeys: []string{"subs"}, Resync: o.Resync, Tick: o.tick})
+	o.n.Track(NodeState{Name: "occupancy", Keys: []string{"conns"}, BucketKeys: []string{"subs"}, Resync: o.Resync})
 	go o.loop()
 	return o
 }
@@ -280,26 +278,10 @@ func (o *RedisOccupancy) flush() {
 	}
 }
 
-// ResyncSoon makes the node's next heartbeat write its counts again from memory. Call it
-// when Redis may have lost writes while the node stayed listed: a promoted replica may miss
-// the last written-through count of a channel that does not change again (the bridge then
-// finds a subscribed page unsubscribed, or a gone one still there).
-func (o *RedisOccupancy) ResyncSoon() { o.soon.Store(true) }
-
-// tick runs a requested resync on the heartbeat; a failed one is asked for again.
-func (o *RedisOccupancy) tick(ctx context.Context, rejoined bool) error {
-	if !o.soon.Swap(false) || rejoined { // a rejoin has just resynced
-		return nil
-	}
-	if err := o.Resync(ctx); err != nil {
-		o.soon.Store(true)
-		o.log.Warn("occupancy resync failed; retried at the next heartbeat", "error", err)
-	}
-	return nil
-}
-
-// Resync rewrites this node's counts from memory (after Redis lost them). A count that
-// changes while it runs is settled like any write: marked for the next batch.
+// Resync rewrites this node's counts from memory (after Redis lost them; after
+// RedisNodes.ResyncSoon, when a promoted replica may miss the last written-through count of
+// a channel that does not change again). A count that changes while it runs is settled like
+// any write: marked for the next batch.
 func (o *RedisOccupancy) Resync(ctx context.Context) error {
 	o.mu.Lock()
 	snap := make(map[string]int64, len(o.counts))

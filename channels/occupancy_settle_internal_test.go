@@ -52,8 +52,9 @@ func TestOccupancyStaleWriteRepaired(t *testing.T) {
 
 // TestOccupancyResyncSoonRepairsALostWrite: a failover lost the last written-through count
 // of a channel that does not change again (a promoted replica missed it) while the node
-// stayed listed: a heartbeat alone leaves the stale value; after ResyncSoon (the server
-// calls it on every restored subscription gap) the next heartbeat writes the count again.
+// stayed listed: a heartbeat alone leaves the stale value; after the registry's ResyncSoon
+// (the server calls it on every restored subscription gap) the next heartbeat writes the
+// count again.
 func TestOccupancyResyncSoonRepairsALostWrite(t *testing.T) {
 	ctx := context.Background()
 	mr := miniredis.RunT(t)
@@ -84,7 +85,7 @@ func TestOccupancyResyncSoonRepairsALostWrite(t *testing.T) {
 	if got := read(); got != "" {
 		t.Fatalf("a heartbeat alone rewrote the count (%q): the case does not test ResyncSoon", got)
 	}
-	o.ResyncSoon()
+	nodes.ResyncSoon()
 	if err := nodes.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}

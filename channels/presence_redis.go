@@ -114,7 +114,7 @@ func NewRedisPresence(rdb redis.UniversalClient, opts RedisPresenceOptions) *Red
 		rdb: rdb, prefix: opts.Nodes.prefix, node: opts.Nodes.NodeID(), log: opts.Logger, nodes: opts.Nodes, own: own,
 		onGone: opts.OnGone, onBack: opts.OnBack, mirror: map[string]Member{},
 	}
-	p.nodes.Track(NodeState{Reap: p.reapNode, Resync: p.rejoin, Tick: p.tick, Closing: p.closing, owner: p})
+	p.nodes.Track(NodeState{Name: "presence", Reap: p.reapNode, Resync: p.rejoin, RejoinOnly: true, Tick: p.tick, Closing: p.closing})
 	return p
 }
 

@@ -171,8 +171,10 @@ func (p *RedisPresence) verify(ctx context.Context) error {
 			return err
 		}
 	}
-	// Writes were lost: the other per-node state may have lost some too.
-	return p.nodes.resync(ctx, p.nodes.snapshot(), p)
+	// Writes were lost: the other per-node state may have lost some too. This runs on the
+	// heartbeat (tick), which resyncs them once its ticks are done.
+	p.nodes.ResyncSoon()
+	return nil
 }
 
 // VerifySoon makes the next heartbeat compare this node's memberships with Redis entry by
@@ -346,6 +348,10 @@ func (p *RedisPresence) Buckets() int { return p.nodes.Buckets() }
 func (p *RedisPresence) SocketBucket(socketID string) int { return p.nodes.SocketBucket(socketID) }
 
 // TrackNodeBucketState registers per-node bucket state (RedisNodes.TrackNodeBucketState).
-func (p *RedisPresence) TrackNodeBucketState(resync func(context.Context) error, tick func(context.Context, bool) error, suffixes ...string) {
-	p.nodes.TrackNodeBucketState(resync, tick, suffixes...)
+func (p *RedisPresence) TrackNodeBucketState(name string, resync func(context.Context) error, suffixes ...string) {
+	p.nodes.TrackNodeBucketState(name, resync, suffixes...)
 }
+
+// ResyncSoon asks the registry's next heartbeat for every other per-node state's resync
+// (RedisNodes.ResyncSoon); presence's own repair is VerifySoon.
+func (p *RedisPresence) ResyncSoon() { p.nodes.ResyncSoon() }

@@ -101,3 +101,45 @@ func TestPresenceVerifySoonRepairsAnEqualCountLoss(t *testing.T) {
 		t.Fatalf("announced gone %v, want the ghost presence-a/ua", gone)
 	}
 }
+
+// TestPresenceVerifyLossResyncsTheOtherStates: a heartbeat's verify that finds memberships
+// Redis lost (writes a failover dropped, seen without any ResyncSoon) has the registry
+// rewrite the node's other per-node state in the same heartbeat: the written-through count
+// the same failover dropped is back too.
+func TestPresenceVerifyLossResyncsTheOtherStates(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	p := newRedisPresence(t, rdb, "{v}:", "n1", 0, nil)
+	o := channels.NewRedisOccupancy(p, "private-toolmark.", nil)
+	t.Cleanup(o.Close)
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Join(ctx, "app", "presence-a", "1.1", channels.Member{UserID: "ua", Info: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	o.Subscribed("app", "private-toolmark.u1.c1", "1.1")
+	const field = "app\x00private-toolmark.u1.c1"
+	memberships, subs := p.NodeBucketKey("n1", "presence", 0), p.NodeBucketKey("n1", "subs", 0)
+	if ok, err := rdb.SIsMember(ctx, memberships, "app\x00presence-a\x001.1\x00ua").Result(); err != nil || !ok {
+		t.Fatalf("membership in %s: %v %v", memberships, ok, err)
+	}
+	// The promoted replica lacks both writes.
+	if err := rdb.Del(ctx, memberships).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HDel(ctx, subs, field).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.SCard(ctx, memberships).Result(); err != nil || n != 1 {
+		t.Fatalf("after the heartbeat the node holds %d memberships in Redis (%v), want 1", n, err)
+	}
+	if v, err := rdb.HGet(ctx, subs, field).Result(); err != nil || v != "1" {
+		t.Fatalf("after the heartbeat the written-through count is %q (%v), want 1", v, err)
+	}
+}

@@ -51,7 +51,7 @@ func NewRedisStore(rdb redis.UniversalClient, prefix string, nodes channels.Node
 	_, _ = rand.Read(b[:])
 	s := &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: nodes.NodeID(), ledger: newLedger(),
 		genBase: hex.EncodeToString(b[:]) + ":"}
-	nodes.Track(channels.NodeState{Reap: func(ctx context.Context, node string, _ time.Time) error {
+	nodes.Track(channels.NodeState{Name: "webhooks", Reap: func(ctx context.Context, node string, _ time.Time) error {
 		return s.ReapNode(ctx, node, time.Now())
 	}})
 	return s

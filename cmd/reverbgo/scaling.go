@@ -197,8 +197,7 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 		reg.CacheGap(cause, restored)
 		if restored {
 			c.presence.VerifySoon()
-			c.sockets.ResyncSoon()
-			c.occ.ResyncSoon()
+			c.nodes.ResyncSoon()
 		}
 	}
 	c.gap.Store(&gap)
@@ -212,7 +211,7 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	c.broker.Start(reg.DeliverLocal)
 	// Redis trouble seen by the heartbeat (a rejoin, a gap) makes the server reconcile what
 	// its presence subscribers were told (pusher/presence_reconcile.go).
-	c.nodes.Track(channels.NodeState{Tick: func(_ context.Context, rejoined bool) error { srv.PresenceHeartbeat(rejoined); return nil }})
+	c.nodes.Track(channels.NodeState{Name: "presence reconcile", Tick: func(_ context.Context, rejoined bool) error { srv.PresenceHeartbeat(rejoined); return nil }})
 	c.nodes.Start()
 	// On Redis Cluster the node's subscription connections (one per bucket) are made before
 	// it takes sockets, so first subscribes do not wait for dials.
@@ -231,8 +230,9 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 // entry at the next heartbeat: whatever changed what Redis delivers (a failover, a moved
 // slot, a reconnect) may have come with writes the promoted replica never received, a lost
 // leave and a lost join together leaving the counts equal (RedisPresence.VerifySoon). The
-// bridge's socket index and the written-through counts are rewritten from memory at that
-// heartbeat for the same reason (a page's lost entry would answer its POSTs 401).
+// node registry rewrites its other per-node state from memory at that heartbeat for the same
+// reason (RedisNodes.ResyncSoon: the bridge's socket index, whose lost entry would answer a
+// page's POSTs 401, and the written-through counts).
 func (c *cluster) onGap(cause string, restored bool) {
 	if f := c.gap.Load(); f != nil {
 		(*f)(cause, restored)
