@@ -37,7 +37,7 @@ kill $P1 $P2; sleep 1
 PO=$(start reverbgo-old old 16611); PN=$(start reverbgo-new new 16612)
 $S/ab.sh fanout 3 16611 $PO 16612 $PN -n 1000 -m 1000 --rate 100 > $OUT/ab-paced100.txt 2>&1 || true
 $S/ab.sh fanout 3 16611 $PO 16612 $PN -n 1000 -m 200 --rate 20 > $OUT/ab-paced20.txt 2>&1 || true
-grep -h '^{' $OUT/aa-paced100.txt $OUT/ab-paced100.txt $OUT/ab-paced20.txt || true
+grep -a -h '^{' $OUT/aa-paced100.txt $OUT/ab-paced100.txt $OUT/ab-paced20.txt || true
 kill $PO $PN; sleep 1
 # connections: fresh processes (RSS never shrinks)
 PO=$(start reverbgo-old old 16611); PN=$(start reverbgo-new new 16612)

@@ -22,7 +22,9 @@
 # AA_APP_FLAGS (extra YAML of the A/A side's app only, which turns the A/A column into an A/B
 # of one feature: AA_APP_FLAGS="recovery: {enabled: true}" for recovery on against off),
 # AA_BIN (a reverbgo binary the A/A side runs instead of this checkout's: an A/B of two builds,
-# e.g. a lever's branch against main), AA_SERVER_FLAGS (the same for the server: block, in place of SERVER_FLAGS on the A/A side:
+# e.g. a lever's branch against main, built as this one is, CGO_ENABLED=0; the A/A column is
+# then that A/B, not the run's noise: take the noise from a plain run of the same window),
+# AA_SERVER_FLAGS (the same for the server: block, in place of SERVER_FLAGS on the A/A side:
 # AA_SERVER_FLAGS="io_uring: true" for the io_uring write path against writev), NBIO_FLAGS
 # (extra nbioserver flags, e.g. "--write-mode message" for nbio's own per-subscriber framing).
 # PROFILE (scenarios, e.g. "clientevents connections"): after a scenario's RUNS, one more run
@@ -60,7 +62,9 @@ if [ -d "$root/bench/nbioserver" ] && (cd "$root/bench/nbioserver" && go build -
 fi
 SIDES=${SIDES:-$default_sides}
 commit=$(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- . ':!bench' || echo "+dirty")
-echo "commit $commit; sides: $SIDES; runs: $RUNS${AA_BIN:+; A/A side runs $AA_BIN}" | tee "$BENCH_OUT/run.txt"
+aa_bin=""
+[ -n "${AA_BIN:-}" ] && aa_bin="; the A/A side runs $AA_BIN (sha256 $(sha256sum "$AA_BIN" | cut -c1-16)), its column is an A/B"
+echo "commit $commit; sides: $SIDES; runs: $RUNS$aa_bin" | tee "$BENCH_OUT/run.txt"
 
 declare -A PORT PID
 PORT=([soketi]=16301 [reverbgo]=16401 [reverbgo-aa]=16402 [rawserver]=16501 [nbio]=16601)

@@ -55,7 +55,7 @@ for r in $(seq 1 "$RUNS"); do
     GOMAXPROCS=1 taskset -c "$client_cpu" timeout 600 "$BENCH_OUT/deflatebench" run --port "${PORT[$side]}" --pid "${PID[$side]}" \
       --app-id bench --key bench-key --secret bench-secret -n "$N" -m "$M" --rate "$RATE" >"$BENCH_OUT/last.txt" 2>&1 || true
     cat "$BENCH_OUT/last.txt" >>"$BENCH_OUT/log.txt"
-    grep -v '^{' "$BENCH_OUT/last.txt" >&2 || true
+    grep -a -v '^{' "$BENCH_OUT/last.txt" >&2 || true
     grep -a '^{' "$BENCH_OUT/last.txt" | tail -1 >>"$BENCH_OUT/$side.jsonl" || true
     sleep 1
   done

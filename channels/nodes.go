@@ -122,9 +122,6 @@ type nodes struct {
 	// indexes in states of those whose resync failed since, retried alone (under hb).
 	soon  atomic.Bool
 	retry map[int]bool
-	// rejoinAgain: a rejoin's resync failed, so the next heartbeat resyncs as a rejoin
-	// although the registry lists the node again by then (under hb).
-	rejoinAgain bool
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -219,23 +216,30 @@ func (n *nodes) Heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rejoined = rejoined || n.rejoinAgain
 	if rejoined {
 		// The resync below covers every ResyncSoon made so far, and every retry: none runs
 		// again after it (one asked for meanwhile runs after the ticks).
 		asked, retry := n.soon.Swap(false), n.retry
 		n.retry = nil
-		if err := n.resync(ctx, states); err != nil {
-			// The beat listed the node again: without this, no later heartbeat would be
-			// a rejoin and the states after the failed one would never be written.
-			n.rejoinAgain = true
+		if failed, err := n.resync(ctx, states); err != nil {
+			// The beat listed the node again, so the next heartbeat is no rejoin: the failed
+			// state and those after it are retried alone from then on (a RejoinOnly one,
+			// presence, repairs itself by its verify), never the whole rejoin again, which
+			// a large node might fail at every beat.
 			n.retry = retry
+			for i := failed; i < len(states); i++ {
+				if states[i].Resync != nil && !states[i].RejoinOnly {
+					if n.retry == nil {
+						n.retry = map[int]bool{}
+					}
+					n.retry[i] = true
+				}
+			}
 			if asked {
 				n.soon.Store(true)
 			}
 			return err
 		}
-		n.rejoinAgain = false
 	}
 	for _, s := range states {
 		if s.Tick != nil {
@@ -261,16 +265,16 @@ func (n *nodes) Heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// resync runs every NodeState's Resync.
-func (n *nodes) resync(ctx context.Context, states []NodeState) error {
-	for _, s := range states {
+// resync runs every NodeState's Resync; on an error, failed is the index of the one that failed.
+func (n *nodes) resync(ctx context.Context, states []NodeState) (failed int, err error) {
+	for i, s := range states {
 		if s.Resync != nil {
 			if err := s.Resync(ctx); err != nil {
-				return err
+				return i, err
 			}
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 // ResyncSoon makes the next heartbeat run every NodeState's Resync (but RejoinOnly ones).
