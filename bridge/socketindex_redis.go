@@ -27,6 +27,8 @@ type ClusterNodes interface {
 	// NodeKeyTTL bounds a per-node key that a write creates after its node left (the
 	// owner's heartbeat refreshes it meanwhile).
 	NodeKeyTTL() time.Duration
+	// ResyncSoon has the next heartbeat resync every per-node state (a write that failed).
+	ResyncSoon()
 }
 
 // socketsSuffix names each node's index hashes: NodeBucketKey(node, "sockets", b), socket id
@@ -92,8 +94,8 @@ func (x *RedisSocketIndex) SetCredential(app, channel, socketID, credential stri
 	x.local.SetCredential(app, channel, socketID, credential)
 }
 
-// write stores the socket's entry ("" deletes it). A failure is logged: the entry in
-// memory stays right and the next resync writes it.
+// write stores the socket's entry ("" deletes it). A failure is logged and asks for a
+// resync at the next heartbeat: the entry in memory stays right.
 func (x *RedisSocketIndex) write(socketID, value string) {
 	ctx, cancel := context.WithTimeout(context.Background(), indexWriteTimeout)
 	defer cancel()
@@ -110,7 +112,9 @@ func (x *RedisSocketIndex) write(socketID, value string) {
 		_, err = pipe.Exec(ctx)
 	}
 	if err != nil {
-		x.log.Warn("socket index not written; the next resync repairs it", "error", err)
+		// Memory is right; the next heartbeat writes this node's hashes again from it.
+		x.nodes.ResyncSoon()
+		x.log.Warn("socket index not written; the next heartbeat rewrites it", "error", err)
 	}
 }
 

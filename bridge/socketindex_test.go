@@ -2,7 +2,9 @@ package bridge_test
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,6 +104,7 @@ func TestSocketIndex(t *testing.T) {
 			t.Run("DeadNodeDropsOutAndIsReaped", func(t *testing.T) { deadNodeDropsOut(t, be) })
 			t.Run("ResyncAfterRedisLostTheNode", func(t *testing.T) { resyncAfterLoss(t, be) })
 			t.Run("ResyncSoonRepairsLostWrites", func(t *testing.T) { resyncSoonRepairs(t, be) })
+			t.Run("FailedWriteIsRewrittenAtTheNextHeartbeat", func(t *testing.T) { failedWriteRewritten(t, be) })
 		})
 	}
 }
@@ -254,5 +257,42 @@ func resyncSoonRepairs(t *testing.T, be indexBackend) {
 	wantSocket(t, ns[0].idx, "2.2", "app", map[string]string{pageCh: ""})
 	if _, _, ok := lookup(t, ns[0].idx, "2.9"); ok {
 		t.Fatal("a socket that left is still found after the resync")
+	}
+}
+
+// failPipelines fails the pipelines of its client while armed (a write-through that times
+// out while the node stays listed and its subscriptions up).
+type failPipelines struct{ armed *atomic.Bool }
+
+func (failPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (failPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h failPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() {
+			return errors.New("write failed (test)")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A socket-index write that fails is not left to a failover's resync: the next heartbeat
+// writes the node's hashes again from memory.
+func failedWriteRewritten(t *testing.T, be indexBackend) {
+	ctx := context.Background()
+	ns, rdb := be.nodes(t, 1) // rdb is the index's own client
+	n := ns[0]
+	var armed atomic.Bool
+	rdb.AddHook(failPipelines{&armed})
+	armed.Store(true)
+	n.idx.Subscribed("app", pageCh, "2.1")
+	armed.Store(false)
+	if ok, err := rdb.HExists(ctx, n.sockets("2.1"), "2.1").Result(); err != nil || ok {
+		t.Fatalf("the failed write reached Redis (%v, %v): the case tests nothing", ok, err)
+	}
+	if err := n.pres.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := rdb.HExists(ctx, n.sockets("2.1"), "2.1").Result(); err != nil || !ok {
+		t.Fatalf("after a heartbeat the entry is still missing (%v, %v)", ok, err)
 	}
 }
