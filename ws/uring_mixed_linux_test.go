@@ -18,7 +18,7 @@ import (
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
-// mixedKind is what one socket of TestWritePathsMixedRounds does.
+// mixedKind is what one socket of TestURingMixedRounds does.
 type mixedKind int
 
 const (
@@ -56,7 +56,7 @@ func (s *mixedSock) drainPeer(t *testing.T) {
 // numbers, peers that go away. On both write paths: every socket that stays open reads
 // exactly what was queued on it, in order; an ended one read a prefix of it; no socket
 // made after a close ever reads a byte (a write to a reused descriptor number).
-func TestWritePathsMixedRounds(t *testing.T) {
+func TestURingMixedRounds(t *testing.T) {
 	writePaths(t, func(t *testing.T, p writePath) {
 		const sockets, passes = 48, 24
 		f := newFlusher(make(chan struct{}), 0)
