@@ -42,6 +42,7 @@ type seqSession struct {
 	sent  int // seq frames WritePreframed took; only the test's writer touches it
 	cause atomic.Int32
 	ended atomic.Bool
+	push  atomic.Bool // the writer never skips it, whatever it has buffered
 }
 
 func (h *seqHandler) Accept(_ *Request, greeting []byte) Decision {
@@ -121,42 +122,53 @@ func seqServer(t *testing.T, tr transport, o Options) (*seqHandler, *tserver) {
 	return h, ts
 }
 
-// seqPadLen is the padding of connection id's frame seq: sizes vary from frame to frame
-// and now and then one is large, so batches and short writes split them anywhere.
-func seqPadLen(id, seq, large int) int {
-	if large > 0 && (id+seq)%41 == 0 {
-		return large
+// padFunc is the padding of connection id's frame seq: sizes that vary from frame to
+// frame, so batches and short writes split them anywhere.
+type padFunc func(id, seq int) int
+
+// smallPad is up to 300 bytes, and large every 41st frame (0: never).
+func smallPad(large int) padFunc {
+	return func(id, seq int) int {
+		if large > 0 && (id+seq)%41 == 0 {
+			return large
+		}
+		return (id*7 + seq*13) % 300
 	}
-	return (id*7 + seq*13) % 300
 }
 
 // seqFrame is frame seq of connection id.
-func seqFrame(id, seq, large int) []byte {
+func seqFrame(id, seq int, pad padFunc) []byte {
 	p := fmt.Appendf(nil, "%d.%d.", id, seq)
-	p = append(p, bytes.Repeat([]byte{byte('a' + seq%26)}, seqPadLen(id, seq, large))...)
+	p = append(p, bytes.Repeat([]byte{byte('a' + seq%26)}, pad(id, seq))...)
 	return TextFrame(p)
 }
 
 // checkSeq checks that p is frame seq of connection id.
-func checkSeq(p []byte, id, seq, large int) error {
-	want := seqFrame(id, seq, large)
-	if _, payload, ok := splitDataFrame(want); ok && bytes.Equal(p, payload) {
+func checkSeq(p []byte, id, seq int, pad padFunc) error {
+	head := fmt.Appendf(nil, "%d.%d.", id, seq)
+	n := pad(id, seq)
+	ok := len(p) == len(head)+n && bytes.HasPrefix(p, head)
+	for i := len(head); ok && i < len(p); i++ {
+		ok = p[i] == byte('a'+seq%26)
+	}
+	if ok {
 		return nil
 	}
 	if len(p) > 40 {
 		p = p[:40]
 	}
-	return fmt.Errorf("frame %d of connection %d: got %q...", seq, id, p)
+	return fmt.Errorf("frame %d of connection %d: got %q... (%d bytes)", seq, id, p, len(p))
 }
 
 // seqClient is a strict client reading a seqHandler's frames on its own goroutine.
 type seqClient struct {
-	id    int
-	nc    net.Conn
-	large int // seqPadLen's large
-	quit  atomic.Bool
-	done  chan struct{}
-	wmu   sync.Mutex // serializes writes to nc
+	id   int
+	nc   net.Conn
+	pad  padFunc
+	gate chan struct{} // if set, reading starts once it is closed
+	quit atomic.Bool
+	done chan struct{}
+	wmu  sync.Mutex // serializes writes to nc
 
 	mu     sync.Mutex
 	got    int      // seq frames read, in order
@@ -168,7 +180,13 @@ type seqClient struct {
 }
 
 // dialSeq opens a client on ts and reads its greeting.
-func dialSeq(t *testing.T, ts *tserver, large int) *seqClient {
+func dialSeq(t *testing.T, ts *tserver, pad padFunc) *seqClient {
+	t.Helper()
+	return dialSeqGated(t, ts, pad, nil)
+}
+
+// dialSeqGated is dialSeq whose reader reads nothing until gate is closed.
+func dialSeqGated(t *testing.T, ts *tserver, pad padFunc, gate chan struct{}) *seqClient {
 	t.Helper()
 	w, resp := dialWire(t, ts, "x", "")
 	if w == nil {
@@ -180,13 +198,16 @@ func dialSeq(t *testing.T, ts *tserver, large int) *seqClient {
 		t.Fatalf("greeting %q", f.payload)
 	}
 	_ = w.nc.SetDeadline(time.Time{})
-	c := &seqClient{id: id, nc: w.nc, large: large, done: make(chan struct{})}
+	c := &seqClient{id: id, nc: w.nc, pad: pad, gate: gate, done: make(chan struct{})}
 	go c.read(w.br)
 	return c
 }
 
 func (c *seqClient) read(br *bufio.Reader) {
 	defer close(c.done)
+	if c.gate != nil {
+		<-c.gate
+	}
 	for {
 		f, err := readServerFrame(br)
 		c.mu.Lock()
@@ -207,7 +228,7 @@ func (c *seqClient) read(br *bufio.Reader) {
 				c.echoes = append(c.echoes, string(e))
 				break
 			}
-			if err := checkSeq(f.payload, c.id, c.got, c.large); err != nil {
+			if err := checkSeq(f.payload, c.id, c.got, c.pad); err != nil {
 				c.failLocked(err)
 			}
 			c.got++
@@ -283,14 +304,14 @@ func (c *seqClient) waitGot(t *testing.T, n int) {
 
 // seqWriter sends every open session its next frame, pass after pass, until stopped;
 // a session with more than maxBuffered bytes waiting is skipped for the pass (no gap:
-// its sequence goes on where it stopped).
+// its sequence goes on where it stopped), unless it is marked push.
 type seqWriter struct {
 	passes atomic.Int64
 	stop   chan struct{}
 	done   chan struct{}
 }
 
-func startSeqWriter(h *seqHandler, large, maxBuffered int) *seqWriter {
+func startSeqWriter(h *seqHandler, pad padFunc, maxBuffered int) *seqWriter {
 	w := &seqWriter{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
@@ -301,10 +322,10 @@ func startSeqWriter(h *seqHandler, large, maxBuffered int) *seqWriter {
 			default:
 			}
 			for _, s := range h.sessions() {
-				if s.c.Buffered() > maxBuffered {
+				if !s.push.Load() && s.c.Buffered() > maxBuffered {
 					continue
 				}
-				if s.c.WritePreframed(seqFrame(s.id, s.sent, large)) {
+				if s.c.WritePreframed(seqFrame(s.id, s.sent, pad)) {
 					s.sent++
 				}
 			}

@@ -38,20 +38,20 @@ func TestURingChurn(t *testing.T) {
 
 func testChurn(t *testing.T, tr transport) {
 	const initial, waves, perWave, passesPerWave = 160, 4, 40, 10
-	const large = 40 << 10 // every 41st frame: short writes and the slow path now and then
+	pad := smallPad(40 << 10) // every 41st frame large: short writes and the slow path now and then
 	h, ts := seqServer(t, tr, Options{MaxQueueBytes: 8 << 20})
 	rng := mrand.New(mrand.NewPCG(1, uint64(tr)))
 	clients := map[int]*seqClient{}
 	ended := map[int]churnMode{}
 	dialN := func(n int) {
 		for range n {
-			c := dialSeq(t, ts, large)
+			c := dialSeq(t, ts, pad)
 			clients[c.id] = c
 		}
 	}
 	dialN(initial)
 	testutil.WaitFor(t, "the clients to open", func() bool { return h.openCount() == initial })
-	w := startSeqWriter(h, large, 512<<10)
+	w := startSeqWriter(h, pad, 512<<10)
 	defer func() {
 		select {
 		case <-w.done:
