@@ -7,6 +7,7 @@ import (
 	mrand "math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
@@ -32,20 +33,44 @@ const (
 // the close frame.
 func TestURingChurn(t *testing.T) {
 	for _, tr := range []transport{fastTransport, fastURingTransport} {
-		t.Run(tr.String(), func(t *testing.T) { testChurn(t, tr) })
+		t.Run(tr.String(), func(t *testing.T) {
+			h, ts := seqServer(t, tr, Options{MaxQueueBytes: 8 << 20})
+			testChurn(t, h, []*tserver{ts}, tr == fastURingTransport)
+		})
 	}
+	// The fast listener's sockets (written through the ring) and net/http's (the same
+	// server's flushers write them with writev: their descriptors are Go's) in the same
+	// rounds, which a coalescing window makes larger.
+	t.Run("fast+io_uring and plain", func(t *testing.T) {
+		h := newSeqHandler()
+		s := NewServer(fastURingTransport.options(t, Options{Handler: h, MaxQueueBytes: 8 << 20, CoalesceWindow: time.Millisecond}))
+		fast := &tserver{s: s, ts: newHTTPServer(t, s, fastURingTransport)}
+		plain := &tserver{s: s, ts: newHTTPServer(t, s, plainTransport)}
+		t.Cleanup(func() {
+			for _, ss := range h.sessions() {
+				ss.c.Abort()
+			}
+		})
+		testChurn(t, h, []*tserver{fast, plain}, true)
+		if wc := s.WriteCounts(); wc.Writev == 0 {
+			t.Fatalf("write counts %+v: the plain sockets were not written with writev", wc)
+		}
+	})
 }
 
-func testChurn(t *testing.T, tr transport) {
+// testChurn runs the churn on h's server, its clients dialing the servers in tss in turn.
+func testChurn(t *testing.T, h *seqHandler, tss []*tserver, uring bool) {
 	const initial, waves, perWave, passesPerWave = 160, 4, 40, 10
 	pad := smallPad(40 << 10) // every 41st frame large: short writes and the slow path now and then
-	h, ts := seqServer(t, tr, Options{MaxQueueBytes: 8 << 20})
-	rng := mrand.New(mrand.NewPCG(1, uint64(tr)))
+	ts := tss[0]
+	rng := mrand.New(mrand.NewPCG(1, uint64(len(tss))))
 	clients := map[int]*seqClient{}
 	ended := map[int]churnMode{}
+	dialed := 0
 	dialN := func(n int) {
 		for range n {
-			c := dialSeq(t, ts, pad)
+			c := dialSeq(t, tss[dialed%len(tss)], pad)
+			dialed++
 			clients[c.id] = c
 		}
 	}
@@ -139,7 +164,7 @@ func testChurn(t *testing.T, tr transport) {
 	}
 	testutil.WaitFor(t, "every ended connection's OnClose", func() bool { return h.openCount() == survivors })
 	wc := ts.s.WriteCounts()
-	if tr == fastURingTransport && wc.URing == 0 {
+	if uring && wc.URing == 0 {
 		t.Fatalf("write counts %+v: nothing went through io_uring", wc)
 	}
 	t.Logf("%d clients, %d survivors, %d new connections on a freed descriptor number, writes %+v", len(clients), survivors, reused, wc)
