@@ -60,7 +60,7 @@ func TestURingChurn(t *testing.T) {
 
 // testChurn runs the churn on h's server, its clients dialing the servers in tss in turn.
 func testChurn(t *testing.T, h *seqHandler, tss []*tserver, uring bool) {
-	const initial, waves, perWave, passesPerWave = 160, 4, 40, 10
+	const initial, waves, perWave, passesPerWave = 128, 4, 32, 10
 	pad := smallPad(40 << 10) // every 41st frame large: short writes and the slow path now and then
 	ts := tss[0]
 	rng := mrand.New(mrand.NewPCG(1, uint64(len(tss))))
