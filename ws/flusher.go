@@ -160,8 +160,13 @@ func (f *flusher) run() {
 		f.writeRound(round)
 		f.mu.Lock()
 		load := len(round) + len(f.dirty)
+		// The round's list is the next spare; a huge one is dropped, and then so is the
+		// old spare: it is the dirty list filled meanwhile, and the next round must not
+		// schedule into the array it is writing.
 		if cap(round) <= 1<<16 {
 			f.spare = round[:0]
+		} else {
+			f.spare = nil
 		}
 		f.mu.Unlock()
 		if f.window > 0 && load >= busyRoundConns {
