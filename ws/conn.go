@@ -337,23 +337,32 @@ func (c *Conn) writeLoop(first net.Buffers) {
 			return
 		}
 	}
+	cleared := false // the deadline is off since the last write
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 || c.state >= stateClosed {
+			if c.raw != nil && !cleared {
+				// The flusher's non-blocking writes must not see this deadline. It is
+				// cleared while this goroutine still owns the socket, then the queue is
+				// looked at again: cleared once idle, it could remove the deadline of the
+				// next slow-path writer's blocking write.
+				c.mu.Unlock()
+				_ = c.netConn.SetWriteDeadline(time.Time{})
+				cleared = true
+				continue
+			}
 			c.writer = writerIdle
 			finish := c.state == stateClosing
 			if finish {
 				c.state = stateClosed
 			}
 			c.mu.Unlock()
-			if c.raw != nil { // the flusher's non-blocking writes must not see this deadline
-				_ = c.netConn.SetWriteDeadline(time.Time{})
-			}
 			if finish {
 				c.finishClose()
 			}
 			return
 		}
+		cleared = false
 		// A blocking write may take as long as the peer likes: its batch stays counted
 		// against the bound (writingBytes) until written, frame by frame.
 		batch, n := c.takeBatchLocked()
