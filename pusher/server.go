@@ -156,7 +156,7 @@ func NewServer(opts Options) *Server {
 	// Origin is checked per app after the upgrade (4009), in Accept.
 	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
 		CoalesceWindow: s.cfg.Server.WriteCoalesce(), Compression: wsCompression(s.cfg.Server.Compression),
-		IOUring: s.cfg.Server.IOUring})
+		IOUring: wsIOUring(s.cfg.Server.IOUring)})
 	s.wg.Add(1)
 	go s.sweepLoop()
 	s.startHistorySweep()
@@ -164,6 +164,18 @@ func NewServer(opts Options) *Server {
 	s.startPresenceReconcile()
 	s.watch = newWatchlist(s)
 	return s
+}
+
+// wsIOUring is server.io_uring for the transport: absent is the default, io_uring where the
+// kernel allows it (a refusal logged at Info); true asks for it (a refusal is a Warn).
+func wsIOUring(set *bool) ws.IOUringMode {
+	switch {
+	case set == nil:
+		return ws.IOUringAuto
+	case *set:
+		return ws.IOUringOn
+	}
+	return ws.IOUringOff
 }
 
 // Registry exposes the channel registry (for the bridge's publisher).
