@@ -22,7 +22,7 @@
 # AA_APP_FLAGS (extra YAML of the A/A side's app only, which turns the A/A column into an A/B
 # of one feature: AA_APP_FLAGS="recovery: {enabled: true}" for recovery on against off),
 # AA_SERVER_FLAGS (the same for the server: block, in place of SERVER_FLAGS on the A/A side:
-# AA_SERVER_FLAGS="io_uring: true" for the io_uring write path against writev), NBIO_FLAGS
+# AA_SERVER_FLAGS="io_uring: false" for writev against the io_uring default), NBIO_FLAGS
 # (extra nbioserver flags, e.g. "--write-mode message" for nbio's own per-subscriber framing).
 # PROFILE (scenarios, e.g. "clientevents connections"): after a scenario's RUNS, one more run
 # of the reverbgo side alone with a CPU profile of the server (pprof over --debug-addr) written
