@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/reverbgo/reverbgo/config"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 	"github.com/reverbgo/reverbgo/ws"
 )
@@ -79,7 +80,7 @@ func TestWSIOUringMode(t *testing.T) {
 		{"true", boolPtr(true), ws.IOUringOn},
 		{"false", boolPtr(false), ws.IOUringOff},
 	} {
-		if got := wsIOUring(tt.set); got != tt.want {
+		if got := wsIOUring(&config.Server{IOUring: tt.set}); got != tt.want {
 			t.Errorf("server.io_uring %s: mode %v, want %v", tt.name, got, tt.want)
 		}
 	}
