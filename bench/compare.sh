@@ -25,7 +25,7 @@
 # e.g. a lever's branch against main, built as this one is, CGO_ENABLED=0; the A/A column is
 # then that A/B, not the run's noise: take the noise from a plain run of the same window),
 # AA_SERVER_FLAGS (the same for the server: block, in place of SERVER_FLAGS on the A/A side:
-# AA_SERVER_FLAGS="io_uring: true" for the io_uring write path against writev), NBIO_FLAGS
+# AA_SERVER_FLAGS="io_uring: false" for writev against the io_uring default), NBIO_FLAGS
 # (extra nbioserver flags, e.g. "--write-mode message" for nbio's own per-subscriber framing).
 # PROFILE (scenarios, e.g. "clientevents connections"): after a scenario's RUNS, one more run
 # of the reverbgo side alone with a CPU profile of the server (pprof over --debug-addr) written

@@ -65,10 +65,16 @@ type Server struct {
 	// open-file limit less a reserve (NodeConnectionCap); -1 = no cap.
 	MaxConnections int `mapstructure:"max_connections"`
 	// IOUring makes each flusher write a round's sockets with io_uring: one io_uring_enter
-	// for the whole fan-out instead of a writev per socket (Linux; where io_uring cannot be
-	// set up, logged once and writev is used). Off by default until it is measured.
-	IOUring bool `mapstructure:"io_uring"`
+	// for the whole fan-out instead of a writev per socket (Linux). On by default (absent =
+	// nil = on); false = writev. Where the kernel refuses io_uring (an old kernel, a seccomp
+	// profile such as Docker's default, kernel.io_uring_disabled) writev is used and that is
+	// logged once: at Info when the key is absent, at Warn when it was set to true. A
+	// pointer: that difference is the only record of whether the operator asked for it.
+	IOUring *bool `mapstructure:"io_uring"`
 }
+
+// IOUringEnabled reports whether the flushers try io_uring (server.io_uring absent or true).
+func (s *Server) IOUringEnabled() bool { return s.IOUring == nil || *s.IOUring }
 
 // NodeConnectionCap is the effective server.max_connections (0 = no cap) for a process whose
 // open-file limit is nofile (0 = unknown or unlimited). The automatic cap keeps 5 % of the

@@ -38,7 +38,8 @@ const (
 // unlimited, and client_event_rate_limit and server.write_coalesce_ms, pointers, where only
 // an absent value takes the default and an explicit 0 means unlimited (respectively off). An
 // empty allowed_origins list also means ["*"]: list the origins to restrict them.
-// ApplyDefaults is idempotent.
+// server.io_uring stays nil when absent (Server.IOUringEnabled: on), since how a refusing
+// kernel is logged depends on whether it was set. ApplyDefaults is idempotent.
 func (c *Config) ApplyDefaults() {
 	s := &c.Server
 	if s.Host == "" {

@@ -308,17 +308,19 @@ func TestNodeConnectionCap(t *testing.T) {
 	}
 }
 
-// server.io_uring: off unless set, a bool (a typo'd value is refused, naming the key).
+// server.io_uring: on unless set to false, a bool (a typo'd value is refused, naming the
+// key), and absent stays nil: whether it was set decides how a refusing kernel is logged.
 func TestIOUringConfig(t *testing.T) {
 	clearEnv(t)
 	tests := []struct {
-		name   string
-		server string
-		want   bool
+		name     string
+		server   string
+		want     bool
+		explicit bool
 	}{
-		{"absent: off", "", false},
-		{"true", "server: {io_uring: true}\n", true},
-		{"false", "server: {io_uring: false}\n", false},
+		{"absent: on", "", true, false},
+		{"true", "server: {io_uring: true}\n", true, true},
+		{"false", "server: {io_uring: false}\n", false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -326,12 +328,18 @@ func TestIOUringConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Server.IOUring != tt.want {
-				t.Fatalf("IOUring = %v, want %v", c.Server.IOUring, tt.want)
+			if got := c.Server.IOUringEnabled(); got != tt.want {
+				t.Fatalf("IOUringEnabled() = %v, want %v", got, tt.want)
+			}
+			if got := c.Server.IOUring != nil; got != tt.explicit {
+				t.Fatalf("IOUring set = %v, want %v", got, tt.explicit)
 			}
 		})
 	}
 	if _, err := Load(writeFile(t, "server: {io_uring: sometimes}\n"+minimal)); err == nil || !strings.Contains(err.Error(), "io_uring") {
 		t.Fatalf("a non-bool: error %v, want it to name io_uring", err)
+	}
+	if !(&Server{}).IOUringEnabled() {
+		t.Fatal("a zero Server has io_uring off, want on (the default)")
 	}
 }

@@ -156,7 +156,7 @@ func NewServer(opts Options) *Server {
 	// Origin is checked per app after the upgrade (4009), in Accept.
 	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
 		CoalesceWindow: s.cfg.Server.WriteCoalesce(), Compression: wsCompression(s.cfg.Server.Compression),
-		IOUring: s.cfg.Server.IOUring})
+		IOUring: wsIOUring(&s.cfg.Server)})
 	s.wg.Add(1)
 	go s.sweepLoop()
 	s.startHistorySweep()
@@ -164,6 +164,19 @@ func NewServer(opts Options) *Server {
 	s.startPresenceReconcile()
 	s.watch = newWatchlist(s)
 	return s
+}
+
+// wsIOUring is server.io_uring for the transport: off, or on by default (absent: io_uring
+// where the kernel allows it, a refusal logged at Info), or on as asked for (true: a
+// refusal is a Warn).
+func wsIOUring(s *config.Server) ws.IOUringMode {
+	switch {
+	case !s.IOUringEnabled():
+		return ws.IOUringOff
+	case s.IOUring == nil:
+		return ws.IOUringAuto
+	}
+	return ws.IOUringOn
 }
 
 // Registry exposes the channel registry (for the bridge's publisher).

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"runtime"
@@ -78,10 +79,11 @@ type writeStats struct {
 // ownAdd adds n to a counter only the flusher's goroutine writes.
 func ownAdd(c *atomic.Uint64, n uint64) { c.Store(c.Load() + n) }
 
-// newFlushers makes one flusher per P. With uring each tries to set up its io_uring; a
-// kernel that refuses (ENOSYS, EPERM from seccomp or kernel.io_uring_disabled) is logged
-// once and those flushers write with writev, the default path.
-func newFlushers(stop chan struct{}, window time.Duration, uring bool, log *slog.Logger) []*flusher {
+// newFlushers makes one flusher per P. Unless uring is IOUringOff each tries to set up its
+// io_uring; a kernel that refuses (ENOSYS, EPERM from seccomp or kernel.io_uring_disabled)
+// is logged once, at Warn only when io_uring was asked for explicitly (IOUringOn), and those
+// flushers write with writev.
+func newFlushers(stop chan struct{}, window time.Duration, uring IOUringMode, log *slog.Logger) []*flusher {
 	n := runtime.GOMAXPROCS(0)
 	fs := make([]*flusher, n)
 	var firstErr error
@@ -89,7 +91,7 @@ func newFlushers(stop chan struct{}, window time.Duration, uring bool, log *slog
 	for i := range fs {
 		fs[i] = newFlusher(stop, window)
 		fs[i].log = log
-		if !uring {
+		if uring == IOUringOff {
 			continue
 		}
 		if err := fs[i].useRing(ringEntries); err != nil {
@@ -100,7 +102,11 @@ func newFlushers(stop chan struct{}, window time.Duration, uring bool, log *slog
 		}
 	}
 	if failed > 0 {
-		log.Warn("io_uring unavailable, flushers write with writev", "error", firstErr, "flushers", failed)
+		level := slog.LevelInfo
+		if uring == IOUringOn {
+			level = slog.LevelWarn
+		}
+		log.Log(context.Background(), level, "io_uring unavailable, flushers write with writev", "error", firstErr, "flushers", failed)
 	}
 	return fs
 }

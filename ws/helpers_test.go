@@ -115,7 +115,7 @@ func (tr transport) options(t testing.TB, o Options) Options {
 	t.Helper()
 	if tr == fastURingTransport {
 		requireURing(t)
-		o.IOUring = true
+		o.IOUring = IOUringOn
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
@@ -76,8 +77,36 @@ type Options struct {
 	Compression Compression
 	// IOUring (server.io_uring; Linux) makes each flusher submit a round's writes to all
 	// its sockets in one io_uring_enter instead of a writev each. Where io_uring cannot be
-	// set up it is logged once and writev is used.
-	IOUring bool
+	// set up it is logged once and writev is used. The zero value is IOUringOff.
+	IOUring IOUringMode
+}
+
+// IOUringMode is Options.IOUring: whether the flushers write with io_uring, and how loudly
+// a kernel that refuses it (old kernel, a seccomp profile such as Docker's default,
+// kernel.io_uring_disabled) is reported.
+type IOUringMode uint8
+
+const (
+	// IOUringOff writes with writev.
+	IOUringOff IOUringMode = iota
+	// IOUringAuto uses io_uring where the kernel allows it (server.io_uring absent): a
+	// refusal is expected in containers, so the fallback to writev is logged at Info.
+	IOUringAuto
+	// IOUringOn uses io_uring as asked for (server.io_uring: true): a refusal is logged at
+	// Warn, since the operator asked for what the kernel will not do.
+	IOUringOn
+)
+
+func (m IOUringMode) String() string {
+	switch m {
+	case IOUringOff:
+		return "off"
+	case IOUringAuto:
+		return "auto"
+	case IOUringOn:
+		return "on"
+	}
+	return fmt.Sprintf("IOUringMode(%d)", uint8(m))
 }
 
 // Server accepts WebSocket connections for one Handler: on Linux through epoll pollers

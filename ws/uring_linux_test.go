@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -185,6 +186,10 @@ func TestRingSendmsg(t *testing.T) {
 			if _, _, ok := r.pop(); ok {
 				t.Fatal("a completion more than the SQEs")
 			}
+			// The SQEs name the msghdrs by address only (a uintptr the GC does not see):
+			// they must stay reachable until every completion is reaped, or the GC may free
+			// and reuse them while the kernel reads them (a res of 0: an iovec of length 0).
+			runtime.KeepAlive(msgs)
 		})
 	}
 }
@@ -216,6 +221,7 @@ func TestRingFull(t *testing.T) {
 	}
 	_ = r.enter(1)
 	_, _, _ = r.pop()
+	runtime.KeepAlive(m) // the SQEs named it by address only
 }
 
 // requireURing skips the test where the kernel refuses io_uring.
