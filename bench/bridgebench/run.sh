@@ -29,6 +29,9 @@ SCENARIOS=${SCENARIOS:-"sat satwarn target lat1s lat10s seq"}
 PORT=${PORT:-16421}
 DEBUG_ADDR=${DEBUG_ADDR:-127.0.0.1:16497}
 PROFILE=${PROFILE:-}
+# The profile starts PROFILE_DELAY s after the server (default 1: sat now ends within ~4 s of
+# its start, so the former fixed 6 s delay profiled an idle server).
+PROFILE_DELAY=${PROFILE_DELAY:-1}
 TRACE=${TRACE:-}
 SERVER=${SERVER:-reverbgo}
 case $SERVER in
@@ -136,7 +139,7 @@ for round in $(seq 1 "$ROUNDS"); do
 		server_pid=$!
 		for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 		if [[ " $PROFILE " == *" $sc "* ]] && [ "$round" = 1 ]; then
-			(sleep 6 && curl -s -o "$OUT/server-$sc.pprof" "http://$DEBUG_ADDR/debug/pprof/profile?seconds=10") &
+			(sleep "$PROFILE_DELAY" && curl -s -o "$OUT/server-$sc.pprof" "http://$DEBUG_ADDR/debug/pprof/profile?seconds=10") &
 		fi
 		if [[ " $TRACE " == *" $sc "* ]] && [ "$round" = 1 ]; then
 			(sleep 8 && curl -s -o "$OUT/server-$sc.trace" "http://$DEBUG_ADDR/debug/pprof/trace?seconds=5") &
