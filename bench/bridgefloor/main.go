@@ -199,10 +199,8 @@ type pageMsg struct {
 // handlePage is the page's POST: a manifest names the conversation's socket, a result goes
 // to the agent request waiting for it.
 func (f *floor) handlePage(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	var m pageMsg
-	if err != nil || json.Unmarshal(body, &m) != nil {
-		http.Error(w, "bad body", http.StatusBadRequest)
+	if !readJSON(w, r, &m, http.StatusBadRequest) {
 		return
 	}
 	switch m.Type {
@@ -267,10 +265,8 @@ var timeoutResult = json.RawMessage(`{"status":"timeout"}`)
 // handleCall is the agent's POST: send the call to the conversation's page, wait for its
 // result (or the timeout), answer.
 func (f *floor) handleCall(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	var req callReq
-	if err != nil || json.Unmarshal(body, &req) != nil {
-		http.Error(w, "bad body", http.StatusUnprocessableEntity)
+	if !readJSON(w, r, &req, http.StatusUnprocessableEntity) {
 		return
 	}
 	timeout := 30 * time.Second
@@ -393,4 +389,14 @@ func newServer(f *floor) *http.Server {
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv
+}
+
+// readJSON decodes r's body (at most 1 MiB) into v, or answers status and reports false.
+func readJSON(w http.ResponseWriter, r *http.Request, v any, status int) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil || json.Unmarshal(body, v) != nil {
+		http.Error(w, "bad body", status)
+		return false
+	}
+	return true
 }
