@@ -17,7 +17,9 @@
 # of every master). APP_EXTRA: more YAML of the app, e.g. "recovery: {enabled: true}". Nodes are pinned round-robin to the cores (one core each
 # when there are enough, GOMAXPROCS=1), Redis and the load tool to the last core. Only
 # 127.0.0.1 is targeted; everything started here is stopped on exit (and every node stops by
-# itself after LIFETIME seconds).
+# itself after LIFETIME seconds). BIN: a reverbgo binary to run instead of this checkout's
+# (before/after figures of two builds with the same load tool). Each step also reports the
+# HTTP API's answer time of the publishes (api_p50_ms, api_p99_ms).
 #
 # F = SUBS/CHANNELS subscribers per channel: F=1 with thousands of channels is
 #   SUBS=3000 CHANNELS=3000 bench/cluster.sh     (or F1_CHANNELS=3000, which sets both)
@@ -47,7 +49,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$root" && CGO_ENABLED=0 go build -o "$BENCH_OUT/reverbgo" ./cmd/reverbgo && go build -o "$BENCH_OUT/clusterbench" ./bench/clusterbench)
+if [ -n "${BIN:-}" ]; then cp "$BIN" "$BENCH_OUT/reverbgo"; else (cd "$root" && CGO_ENABLED=0 go build -o "$BENCH_OUT/reverbgo" ./cmd/reverbgo); fi
+(cd "$root" && go build -o "$BENCH_OUT/clusterbench" ./bench/clusterbench)
 
 eval "$("$root/scripts/redis-topologies.sh" start "$TOPOLOGY" "$BENCH_OUT/redis")"
 while read -r f; do taskset -pc "$last" "$(cat "$f")" >/dev/null; done <"$BENCH_OUT/redis/pids"

@@ -55,7 +55,10 @@ type step struct {
 	Duplicates    int64   `json:"duplicates"`
 	HTTPErrors    int64   `json:"http_errors"`
 	ScheduleLagMS float64 `json:"max_schedule_lag_ms"`
-	OK            bool    `json:"ok"`
+	// The HTTP API's answer time of each publish answered 200 (request sent to response read).
+	APIP50MS float64 `json:"api_p50_ms"`
+	APIP99MS float64 `json:"api_p99_ms"`
+	OK       bool    `json:"ok"`
 	// Cost of the step (measure.go), per publish answered 200: each node's CPU (in --pids
 	// order) and Redis's commands and bytes (all --redis-addrs together).
 	Answered                int64     `json:"answered"`
@@ -83,6 +86,7 @@ type bench struct {
 
 	mu        sync.Mutex
 	latencies []time.Duration
+	apiTimes  []time.Duration       // answer time of each publish answered 200
 	seen      map[delivery]struct{} // (subscriber, publish id) pairs received
 	dups      int64
 	expected  atomic.Int64
@@ -180,8 +184,8 @@ func run() int {
 		m.end(ctx, &s)
 		s.OK = s.Lost == 0 && s.Duplicates == 0 && s.HTTPErrors == 0 && s.P99MS <= *p99 && s.PublishPerS >= 0.95*float64(rate)
 		steps = append(steps, s)
-		fmt.Printf("rate %6d/s: published %.0f/s, deliveries %.0f/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, lost %d, dup %d, http errors %d, lag %.1f ms -> %v\n",
-			rate, s.PublishPerS, s.DeliveryPerS, s.P50MS, s.P99MS, s.MaxMS, s.Lost, s.Duplicates, s.HTTPErrors, s.ScheduleLagMS, s.OK)
+		fmt.Printf("rate %6d/s: published %.0f/s, deliveries %.0f/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, api p50 %.2f ms, api p99 %.2f ms, lost %d, dup %d, http errors %d, lag %.1f ms -> %v\n",
+			rate, s.PublishPerS, s.DeliveryPerS, s.P50MS, s.P99MS, s.MaxMS, s.APIP50MS, s.APIP99MS, s.Lost, s.Duplicates, s.HTTPErrors, s.ScheduleLagMS, s.OK)
 		if !s.OK {
 			break
 		}
@@ -275,6 +279,7 @@ func (b *bench) read(c *websocket.Conn, sub int) {
 func (b *bench) step(ctx context.Context, rate int, d, drain time.Duration, workers int) step {
 	b.mu.Lock()
 	b.latencies = b.latencies[:0]
+	b.apiTimes = b.apiTimes[:0]
 	clear(b.seen)
 	b.dups = 0
 	b.mu.Unlock()
@@ -335,6 +340,10 @@ func (b *bench) step(ctx context.Context, rate int, d, drain time.Duration, work
 		s.P99MS = ms(lat[(len(lat)-1)*99/100])
 		s.MaxMS = ms(lat[len(lat)-1])
 	}
+	if api := slices.Sorted(slices.Values(b.apiTimes)); len(api) > 0 {
+		s.APIP50MS = ms(api[(len(api)-1)*50/100])
+		s.APIP99MS = ms(api[(len(api)-1)*99/100])
+	}
 	return s
 }
 
@@ -355,6 +364,7 @@ func (b *bench) publish(ctx context.Context, id int64) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
+	sent := time.Now()
 	res, err := b.client.Do(req)
 	if err != nil {
 		b.errors.Add(1)
@@ -366,8 +376,12 @@ func (b *bench) publish(ctx context.Context, id int64) {
 		b.errors.Add(1)
 		return
 	}
+	took := time.Since(sent)
 	b.expected.Add(int64(b.subsPerChannel[ch]))
 	b.answered.Add(1)
+	b.mu.Lock()
+	b.apiTimes = append(b.apiTimes, took)
+	b.mu.Unlock()
 }
 
 // indexes parses a comma-separated list of integers in [0, n) ("" = 0..n-1).
