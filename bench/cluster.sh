@@ -36,6 +36,7 @@ STEP=${STEP:-10s}
 P99_MS=${P99_MS:-100}
 LIFETIME=${LIFETIME:-1800}
 BENCH_OUT=${BENCH_OUT:-$(mktemp -d -t reverbgo-cluster-bench.XXXXXX)}
+mkdir -p "$BENCH_OUT"
 echo "cluster.sh: results in $BENCH_OUT" >&2
 ulimit -n "$(ulimit -Hn)"
 cores=$(nproc)

@@ -9,7 +9,7 @@
 #
 #   OUT=results BIN=path/to/reverbgo bench/recoverycost.sh
 #
-# BIN (default: built from this checkout) is the server measured by steps 2 and 3; step 1 builds
+# SKIP_AB=1 / SKIP_KNEE=1 leave out step 1 / step 3. BIN (default: built from this checkout) is the server measured by steps 2 and 3; step 1 builds
 # this checkout (run it from the commit being measured). Only 127.0.0.1 is targeted.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,8 +37,8 @@ for rec in off on; do
   BENCH_OUT=$OUT/api-$rec APP_EXTRA="$extra" RATES=200,2000 STEP=10s \
     "$root/bench/cluster.sh" >"$OUT/api-$rec.log" 2>&1 || true
 done
-quiet knee
-BENCH_OUT=$OUT/knee F1_CHANNELS=3000 ROUTING=interest RATES=1000,2000,5000,10000 \
+[ -n "${SKIP_KNEE:-}" ] || quiet knee
+[ -n "${SKIP_KNEE:-}" ] || BENCH_OUT=$OUT/knee F1_CHANNELS=3000 ROUTING=interest RATES=1000,2000,5000,10000 \
   "$root/bench/cluster.sh" >"$OUT/knee.log" 2>&1 || true
 grep -h '^rate' "$OUT"/api-*.log "$OUT"/knee.log || true
 tail -30 "$OUT/ab.log" 2>/dev/null || true
