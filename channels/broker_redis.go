@@ -114,6 +114,9 @@ type RedisBroker struct {
 	log     *slog.Logger
 	cache   *RedisCache
 	hist    *RedisHistory
+	streams atomic.Pointer[streams] // recovery channels' positions on this node (nil without recovery)
+	limits  func(app, ch string) (HistoryLimits, bool)
+	told    Told
 	keys    *KeySpace
 	routing Routing
 	home    *redisx.Sub // broadcast routing's single subscription
@@ -138,7 +141,10 @@ type RedisBroker struct {
 	drain      context.Context // cancelled when Close stops waiting for the backlog
 	stopDrain  context.CancelFunc
 	seq        uint64 // writer goroutine only
-	dropped    atomic.Int64
+	// appended: the last position of each recovery channel this node appended to (known).
+	appended      map[key]appendedPos // writer goroutine only
+	appendedSweep time.Time
+	dropped       atomic.Int64
 
 	deliver  atomic.Pointer[func(Message) int]
 	pubDown  atomic.Bool // the last publish batch failed
@@ -152,8 +158,9 @@ type RedisBroker struct {
 type outbound struct {
 	m   Message
 	at  time.Time
-	seq uint64 // the node's sequence number, assigned by the writer on first send
-	env []byte // encoded then (a recovery message's: its prefix, the script adds the frame)
+	seq uint64  // the node's sequence number, assigned by the writer on first send
+	env []byte  // encoded then (a recovery message's: its prefix, the script adds the frame)
+	ack *pubAck // PublishAcked's request, nil for the others
 }
 
 var _ Broker = (*RedisBroker)(nil)
@@ -257,10 +264,21 @@ func (b *RedisBroker) RouteTimeouts() int64 { return b.routeTimeouts.Load() }
 // NodeID returns the id this broker stamps on its envelopes.
 func (b *RedisBroker) NodeID() string { return b.node }
 
+// SetRecovery turns on, with a History, the in-order delivery of recovery events
+// (broker_streams.go): limits names a channel's history bounds when its app enables
+// recovery, told tells a channel's local subscribers of a gap the history could not fill or
+// of a new epoch (pusher:resume_failed). Call it before Start.
+func (b *RedisBroker) SetRecovery(limits func(app, ch string) (HistoryLimits, bool), told Told) {
+	b.limits, b.told = limits, told
+}
+
 // Start begins handing other nodes' messages to deliver (normally Registry.DeliverLocal)
 // and uses it for local delivery of this node's publishes. Only the first call counts.
 func (b *RedisBroker) Start(deliver func(Message) int) {
 	b.start.Do(func() {
+		if b.hist != nil && b.limits != nil && b.told != nil {
+			b.streams.Store(newStreams(b.hist, b.limits, b.told, b.log, deliver))
+		}
 		b.deliver.Store(&deliver)
 		b.started = true
 		if b.router != nil {
@@ -318,20 +336,35 @@ func (b *RedisBroker) Publish(_ context.Context, m Message) error {
 // this node, or (backlog full, broker closed) none is, so a request naming several channels
 // never half-succeeds.
 func (b *RedisBroker) PublishAll(_ context.Context, ms []Message) error {
+	if err := b.enqueue(ms, nil); err != nil {
+		return err
+	}
+	if d := b.deliver.Load(); d != nil {
+		for _, m := range ms {
+			if m.Recovery != nil && b.hist != nil {
+				continue // its frame gets the serial in Redis: delivered from the subscription
+			}
+			(*d)(m)
+		}
+	}
+	return nil
+}
+
+// enqueue reserves room for ms and queues them for the writer, all or none.
+func (b *RedisBroker) enqueue(ms []Message, ack *pubAck) error {
 	var size int64
 	for _, m := range ms {
 		size += cost(m)
 	}
 	n := int64(len(ms))
 	b.qmu.RLock()
+	defer b.qmu.RUnlock()
 	if b.closed {
-		b.qmu.RUnlock()
 		return ErrBrokerClosed
 	}
 	if b.backlog.Add(size) > b.maxBacklog || b.slots.Add(n) > queueSlots {
 		b.backlog.Add(-size)
 		b.slots.Add(-n)
-		b.qmu.RUnlock()
 		b.warn("publish refused: redis backlog full", ErrBacklog)
 		return ErrBacklog
 	}
@@ -340,16 +373,7 @@ func (b *RedisBroker) PublishAll(_ context.Context, ms []Message) error {
 		if b.cache != nil && m.Cacheable && KindOf(m.Channel).IsCache() {
 			b.pending.add(m.AppID, m.Channel, 1)
 		}
-		b.queue <- outbound{m: m, at: now} // never blocks: the slots are reserved
-	}
-	b.qmu.RUnlock()
-	if d := b.deliver.Load(); d != nil {
-		for _, m := range ms {
-			if m.Recovery != nil && b.hist != nil {
-				continue // its frame gets the serial in Redis: delivered from the subscription
-			}
-			(*d)(m)
-		}
+		b.queue <- outbound{m: m, at: now, ack: ack} // never blocks: the slots are reserved
 	}
 	return nil
 }
@@ -429,7 +453,7 @@ func (b *RedisBroker) write() {
 				}
 			}
 		}
-		batch = b.dropExpired(batch)
+		batch = b.dropExpired(b.dropWithdrawn(batch))
 		if len(batch) == 0 {
 			continue
 		}
@@ -441,6 +465,16 @@ func (b *RedisBroker) write() {
 			select {
 			case <-b.drain.Done():
 				b.dropped.Add(int64(len(batch) + len(b.queue)))
+				for _, o := range batch {
+					if o.ack != nil {
+						o.ack.failed(ErrBrokerClosed)
+					}
+				}
+				for o := range b.queue {
+					if o.ack != nil {
+						o.ack.failed(ErrBrokerClosed)
+					}
+				}
 				return
 			case <-time.After(backoff):
 			}
@@ -455,6 +489,9 @@ func (b *RedisBroker) write() {
 			b.backlog.Add(-cost(o.m))
 			if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
 				b.pending.add(o.m.AppID, o.m.Channel, -1)
+			}
+			if o.ack != nil {
+				o.ack.accepted()
 			}
 		}
 		clear(batch)
@@ -497,10 +534,9 @@ func (b *RedisBroker) dropExpired(batch []outbound) []outbound {
 	cut := time.Now().Add(-b.maxAge)
 	n := 0
 	for n < len(batch) && batch[n].at.Before(cut) {
-		m := batch[n].m
-		b.backlog.Add(-cost(m))
-		if b.cache != nil && m.Cacheable && KindOf(m.Channel).IsCache() {
-			b.pending.add(m.AppID, m.Channel, -1)
+		b.forget(batch[n])
+		if a := batch[n].ack; a != nil {
+			a.failed(ErrPublishTimeout)
 		}
 		n++
 	}
@@ -511,24 +547,84 @@ func (b *RedisBroker) dropExpired(batch []outbound) []outbound {
 	return batch[n:]
 }
 
+// known is the highest position this node saw Redis give a recovery channel: its stream's
+// (what it delivered) or, with no local subscriber, what its own appends were answered
+// (writer goroutine only).
+func (b *RedisBroker) known(app, ch string) Position {
+	if st := b.streams.Load(); st != nil {
+		if pos, ok := st.Known(app, ch); ok {
+			return pos
+		}
+	}
+	return b.appended[key{app, ch}].pos
+}
+
+// sawAppended records the position an append of this node was given, kept for the
+// channel's history TTL (writer goroutine only; swept once a minute).
+func (b *RedisBroker) sawAppended(m Message, pos Position) {
+	now := time.Now()
+	if b.appended == nil {
+		b.appended, b.appendedSweep = map[key]appendedPos{}, now
+	}
+	if now.Sub(b.appendedSweep) > time.Minute {
+		for k, a := range b.appended {
+			if now.After(a.until) {
+				delete(b.appended, k)
+			}
+		}
+		b.appendedSweep = now
+	}
+	b.appended[key{m.AppID, m.Channel}] = appendedPos{pos, now.Add(max(m.Recovery.TTL, time.Second))}
+}
+
+type appendedPos struct {
+	pos   Position
+	until time.Time
+}
+
+// forget releases what a queued message held (backlog bytes, its pending cache count).
+func (b *RedisBroker) forget(o outbound) {
+	b.backlog.Add(-cost(o.m))
+	if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
+		b.pending.add(o.m.AppID, o.m.Channel, -1)
+	}
+}
+
+// dropWithdrawn drops the messages of PublishAcked requests whose caller gave up before the
+// writer took them (answered 503: they must not be delivered after all), and marks the
+// others' requests sent.
+func (b *RedisBroker) dropWithdrawn(batch []outbound) []outbound {
+	n := 0
+	for _, o := range batch {
+		if o.ack != nil && o.env == nil && !o.ack.take() {
+			b.forget(o)
+			continue
+		}
+		batch[n] = o
+		n++
+	}
+	clear(batch[n:])
+	return batch[:n]
+}
+
 // send writes one batch in one pipeline: each cache channel's SET, then its PUBLISH.
 func (b *RedisBroker) send(batch []outbound) error {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	pipe := b.rc.Pipeline()
 	var scripts []*redis.Cmd
+	var appended []outbound
 	for i := range batch {
 		o := &batch[i]
 		serialled := o.m.Recovery != nil && b.hist != nil
 		if o.env == nil {
 			b.seq++
 			o.seq = b.seq
+			e := envelope{node: b.node, seq: o.seq, echo: o.ack != nil, m: o.m}
 			if serialled {
-				head := o.m
-				head.Frame = nil
-				o.env = encodeEnvelope(b.node, o.seq, head)
+				o.env = envelopePrefix(e, 0) // the script adds the epoch and the frame
 			} else {
-				o.env = encodeEnvelope(b.node, o.seq, o.m)
+				o.env = encodeEnvelope(e)
 			}
 		}
 		if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
@@ -540,7 +636,9 @@ func (b *RedisBroker) send(batch []outbound) error {
 		}
 		switch {
 		case serialled:
-			scripts = append(scripts, b.hist.AppendCmd(ctx, pipe, o.m.AppID, o.m.Channel, *o.m.Recovery, o.m.Except, o.m.Frame, to, o.env, b.node, o.seq))
+			scripts = append(scripts, b.hist.AppendCmd(ctx, pipe, o.m.AppID, o.m.Channel, *o.m.Recovery, o.m.Except, o.m.Frame, to, o.env, b.node, o.seq,
+				b.known(o.m.AppID, o.m.Channel)))
+			appended = append(appended, *o)
 		case b.rc.Sharded():
 			pipe.SPublish(ctx, to, o.env)
 		default:
@@ -548,7 +646,10 @@ func (b *RedisBroker) send(batch []outbound) error {
 		}
 	}
 	_, err := pipe.Exec(ctx)
-	for _, c := range scripts {
+	for i, c := range scripts {
+		if pos, _, aerr := HistoryAppendedAt(c); aerr == nil && pos.Serial > 0 {
+			b.sawAppended(appended[i].m, pos)
+		}
 		if IsNoScript(c.Err()) {
 			// This Redis lost its script cache (a restart, a failover): load the scripts; the
 			// writer retries the batch, and the scripts skip what already ran (node, seq).

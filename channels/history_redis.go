@@ -48,9 +48,12 @@ func (h *RedisHistory) epochCandidate() string {
 // Cluster) envPrefix followed by the new frame to topic: the broker writer's hook, one
 // round trip per publish as before. node and seq (node "" = none) make a retry of a batch
 // that did reach Redis a no-op: the script remembers each node's last sequence number per
-// channel (for the TTL) and answers serial 0 to a number it has seen. Read the result with
-// HistoryAppended.
-func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte, node string, seq uint64) *redis.Cmd {
+// channel (for the TTL) and answers serial 0 to a number it has seen. known is the highest
+// position the caller saw Redis give the channel (zero = none): when Redis now holds that
+// epoch with a lower serial, it lost appends it had answered (a failover to a replica that
+// lacked them, keys restored from a backup) and the script starts a new epoch rather than
+// give a serial a second event. Read the result with HistoryAppended.
+func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte, node string, seq uint64, known Position) *redis.Cmd {
 	payload := framePayload(frame)
 	if len(payload) > 0 {
 		payload = payload[:len(payload)-1] // the script appends ,"serial":N}
@@ -61,7 +64,8 @@ func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, 
 		sharded = "1"
 	}
 	return pipe.EvalSha(ctx, historyAppendScript.Hash(), []string{serial, epoch, list, nodes},
-		max(lim.Size, 1), max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), except, payload, topic, sharded, envPrefix, node, seq)
+		max(lim.Size, 1), max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), except, payload, topic, sharded, envPrefix, node, seq,
+		known.Epoch, known.Serial)
 }
 
 // LoadScripts loads the history scripts into rdb (every master on Cluster): AppendCmd
@@ -79,16 +83,24 @@ func IsNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 
 // HistoryAppended reads an AppendCmd's result: the serial and the new frame.
 func HistoryAppended(cmd *redis.Cmd) (uint64, []byte, error) {
+	pos, f, err := HistoryAppendedAt(cmd)
+	return pos.Serial, f, err
+}
+
+// HistoryAppendedAt reads an AppendCmd's result: the position it gave (serial 0: a retry
+// that had already run) and the new frame.
+func HistoryAppendedAt(cmd *redis.Cmd) (Position, []byte, error) {
 	res, err := cmd.Slice()
 	if err != nil {
-		return 0, nil, err
+		return Position{}, nil, err
 	}
 	if len(res) != 3 {
-		return 0, nil, errors.New("history: unexpected script reply")
+		return Position{}, nil, errors.New("history: unexpected script reply")
 	}
 	n, _ := res[0].(int64)
 	f, _ := res[1].(string)
-	return uint64(n), []byte(f), nil
+	e, _ := res[2].(string)
+	return Position{Epoch: e, Serial: uint64(n)}, []byte(f), nil
 }
 
 // Append implements History (without a publish: the broker's writer uses AppendCmd).
@@ -97,12 +109,12 @@ func (h *RedisHistory) Append(ctx context.Context, app, ch string, lim HistoryLi
 	if framePayload(frame) == nil {
 		return 0, nil, errors.New("history: not a server frame")
 	}
-	cmd := h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0)
+	cmd := h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0, Position{})
 	if IsNoScript(cmd.Err()) {
 		if err := LoadScripts(ctx, h.rdb); err != nil {
 			return 0, nil, err
 		}
-		cmd = h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0)
+		cmd = h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0, Position{})
 	}
 	n, f, err := HistoryAppended(cmd)
 	if err == nil && deliver != nil {

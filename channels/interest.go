@@ -160,6 +160,9 @@ func (b *RedisBroker) Want(app, ch string) {
 
 // Unwant implements Router.
 func (b *RedisBroker) Unwant(app, ch string) {
+	if st := b.streams.Load(); st != nil {
+		st.drop(app, ch)
+	}
 	r := b.router
 	if r == nil {
 		return

@@ -302,6 +302,26 @@ func (r *Registry) PublishAll(ctx context.Context, ms []Message) error {
 	return nil
 }
 
+// PublishAcked publishes ms all or nothing and returns once the cluster has them: with an
+// AckBroker, once Redis accepted every one (every node, this one too, then delivers them
+// in Redis's order); with the others, once delivered (the memory broker delivers at once).
+func (r *Registry) PublishAcked(ctx context.Context, ms []Message) error {
+	if ab, ok := r.broker.(AckBroker); ok {
+		return ab.PublishAcked(ctx, ms)
+	}
+	return r.PublishAll(ctx, ms)
+}
+
+// SeedPosition tells a broker that puts recovery events in serial order (RedisBroker) the
+// position a recovery channel's subscriber was answered with.
+func (r *Registry) SeedPosition(app, name string, pos Position) {
+	if ps, ok := r.broker.(interface {
+		SeedPosition(string, string, Position)
+	}); ok {
+		ps.SeedPosition(app, name, pos)
+	}
+}
+
 // PublishNoWait delivers m on this node at once and hands it to the other nodes without
 // waiting for the network (AsyncPublisher), for callers that must never wait: the pollers
 // that read every socket. With a broker that cannot, it is Publish.

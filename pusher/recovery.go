@@ -151,7 +151,7 @@ func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) er
 		}
 	}
 	if len(plain) == len(ms) {
-		return s.reg.PublishAll(ctx, ms)
+		return s.publishAcked(ctx, ms)
 	}
 	if s.brokerSerials {
 		for i := range ms {
@@ -159,7 +159,7 @@ func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) er
 				ms[i].Recovery = &s.appsByID[ms[i].AppID].hist
 			}
 		}
-		return s.reg.PublishAll(ctx, ms)
+		return s.publishAcked(ctx, ms)
 	}
 	for _, m := range ms {
 		r := s.recoveryOf(m.AppID, m.Channel)
@@ -182,6 +182,24 @@ func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) er
 		}
 	}
 	return nil
+}
+
+// RecoveryLimits is the history bounds of ch when its app enables recovery for it: the
+// cluster broker reads a channel's gaps from the history with them (channels.RedisBroker.
+// SetRecovery).
+func (s *Server) RecoveryLimits(appID, ch string) (channels.HistoryLimits, bool) {
+	r := s.recoveryOf(appID, ch)
+	if r == nil {
+		return channels.HistoryLimits{}, false
+	}
+	return historyLimits(r), true
+}
+
+// ToldGap tells this node's subscribers of a recovery channel that the events before
+// (epoch, serial) could not all be delivered (reason epoch_changed or too_old): a live
+// pusher:resume_failed, followed by the events after serial.
+func (s *Server) ToldGap(appID, ch, reason, epoch string, serial uint64) {
+	s.reg.DeliverLocal(channels.Message{AppID: appID, Channel: ch, Frame: resumeFailedFrame(ch, reason, channels.Position{Epoch: epoch, Serial: serial})})
 }
 
 // recoverySub is a recovery channel's subscriber: it drops live frames with a serial at
@@ -255,8 +273,18 @@ func positionFrame(name, data string, pos channels.Position) []byte {
 	return ws.TextFrameInPlace(append(buf, '}'))
 }
 
-func resumeFailedFrame(name, reason string) []byte {
-	return EventFrame("pusher:resume_failed", name, `{"reason":"`+reason+`"}`)
+// resumeFailedFrame is pusher:resume_failed with the position the events that follow it
+// start after: data {"reason","epoch","serial"}.
+func resumeFailedFrame(name, reason string, pos channels.Position) []byte {
+	data := make([]byte, 0, 48+len(reason)+len(pos.Epoch))
+	data = append(data, `{"reason":`...)
+	data = appendJSONString(data, reason)
+	data = append(data, `,"epoch":`...)
+	data = appendJSONString(data, pos.Epoch)
+	data = append(data, `,"serial":`...)
+	data = strconv.AppendUint(data, pos.Serial, 10)
+	data = append(data, '}')
+	return EventFrame("pusher:resume_failed", name, string(data))
 }
 
 // recoverySubscriber is who the registry delivers (app, name) to for c: c itself, or on a
@@ -280,7 +308,7 @@ func (c *Conn) answerFrames(t onTask, name, data string, rec *config.Recovery, r
 	case rec != nil:
 		return c.recoveryFrames(t, name, data, rec, rs, res)
 	case res != nil:
-		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeNotEnabled)}
+		return [][]byte{subscribedFrame(name, data), EventFrame("pusher:resume_failed", name, `{"reason":"`+resumeNotEnabled+`"}`)}
 	}
 	return [][]byte{subscribedFrame(name, data)}
 }
@@ -290,25 +318,30 @@ func (c *Conn) answerFrames(t onTask, name, data string, rec *config.Recovery, r
 // or resume_failed. It sets sub's position, so later live frames follow without a gap.
 func (c *Conn) recoveryFrames(t onTask, name, data string, r *config.Recovery, sub *recoverySub, res *resumeRequest) [][]byte {
 	h, lim := c.srv.history, historyLimits(r)
+	app := c.app.cfg.ID
 	if res == nil {
-		pos, err := h.Position(t.ctx, c.app.cfg.ID, name, lim)
+		pos, err := h.Position(t.ctx, app, name, lim)
 		sub.position(pos.Serial)
 		if err != nil {
 			return [][]byte{subscribedFrame(name, data)}
 		}
+		c.srv.reg.SeedPosition(app, name, pos)
 		return [][]byte{positionFrame(name, data, pos)}
 	}
-	pos, evs, complete, err := h.Since(t.ctx, c.app.cfg.ID, name, lim, res.Serial)
+	pos, evs, complete, err := h.Since(t.ctx, app, name, lim, res.Serial)
 	sub.position(pos.Serial)
 	if err != nil {
-		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeEpochChanged)}
+		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeEpochChanged, pos)}
 	}
+	c.srv.reg.SeedPosition(app, name, pos)
 	frames := [][]byte{positionFrame(name, data, pos)}
 	switch {
-	case pos.Epoch != res.Epoch:
-		return append(frames, resumeFailedFrame(name, resumeEpochChanged))
+	case pos.Epoch != res.Epoch || res.Serial > pos.Serial:
+		// Another epoch, or a serial this epoch never gave: the client's events are not
+		// this history's (Redis lost appends it had answered, or was replaced).
+		return append(frames, resumeFailedFrame(name, resumeEpochChanged, pos))
 	case !complete:
-		return append(frames, resumeFailedFrame(name, resumeTooOld))
+		return append(frames, resumeFailedFrame(name, resumeTooOld, pos))
 	}
 	for _, ev := range evs {
 		if ev.Except != "" && (ev.Except == res.SocketID || ev.Except == c.socketID) {
