@@ -74,7 +74,11 @@ func newStreams(h *RedisHistory, limits func(app, ch string) (HistoryLimits, boo
 // Seed records a channel's position as answered to its first local subscriber (the
 // position read once this node's subscription to it was in effect). A channel that has one
 // keeps it: what it received since is newer than any read.
-func (s *streams) Seed(app, ch string, pos Position) {
+func (s *streams) Seed(app, ch string, pos Position) { s.start(app, ch, pos) }
+
+// start creates the channel's stream at pos unless it has one. Once it exists every
+// recovery event of the channel goes through it: none is delivered twice.
+func (s *streams) start(app, ch string, pos Position) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m[key{app, ch}] == nil {
@@ -112,7 +116,11 @@ func (s *streams) get(app, ch string) *stream {
 func (s *streams) receive(m Message, epoch string) {
 	st := s.get(m.AppID, m.Channel)
 	if st == nil {
-		s.deliver(m) // no position here yet: a subscriber waiting for its answer holds it
+		// The channel's first event here: it starts the stream when someone took it (a
+		// subscriber waiting for its answer holds it); broadcast routing brings the others.
+		if s.deliver(m) > 0 {
+			s.start(m.AppID, m.Channel, Position{Epoch: epoch, Serial: SerialOf(m.Frame)})
+		}
 		return
 	}
 	st.mu.Lock()

@@ -37,6 +37,17 @@ func NewRedisHistory(rdb redis.UniversalClient, keys *KeySpace) *RedisHistory {
 	return &RedisHistory{rdb: rdb, keys: keys, sharded: IsCluster(rdb), base: NewEpoch()}
 }
 
+// scripter is where the history's scripts run: on a node's Redis layer its pub/sub plane,
+// the master the broker's writer appends to (on Sentinel the watcher's, which a read through
+// go-redis's failover client may not be during a switch: it would read the demoted master
+// and replay too little).
+func (h *RedisHistory) scripter() redis.Scripter {
+	if rc, ok := h.rdb.(*redisx.Client); ok {
+		return rc.Plane()
+	}
+	return h.rdb
+}
+
 // epochCandidate is the epoch a script takes when the channel has none: unique per call, so
 // a channel whose keys vanished never gets an epoch a client already holds.
 func (h *RedisHistory) epochCandidate() string {
@@ -109,12 +120,12 @@ func (h *RedisHistory) Append(ctx context.Context, app, ch string, lim HistoryLi
 	if framePayload(frame) == nil {
 		return 0, nil, errors.New("history: not a server frame")
 	}
-	cmd := h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0, Position{})
+	cmd := h.AppendCmd(ctx, h.scripter(), app, ch, lim, except, frame, "", nil, "", 0, Position{})
 	if IsNoScript(cmd.Err()) {
 		if err := LoadScripts(ctx, h.rdb); err != nil {
 			return 0, nil, err
 		}
-		cmd = h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0, Position{})
+		cmd = h.AppendCmd(ctx, h.scripter(), app, ch, lim, except, frame, "", nil, "", 0, Position{})
 	}
 	n, f, err := HistoryAppended(cmd)
 	if err == nil && deliver != nil {
@@ -139,7 +150,7 @@ func (h *RedisHistory) Since(ctx context.Context, app, ch string, lim HistoryLim
 
 func (h *RedisHistory) since(ctx context.Context, app, ch string, lim HistoryLimits, after int64) (Position, []HistoryEvent, bool, error) {
 	serialKey, epochKey, list, _ := h.keys.HistoryKeys(app, ch)
-	res, err := historySinceScript.Run(ctx, h.rdb, []string{serialKey, epochKey, list},
+	res, err := historySinceScript.Run(ctx, h.scripter(), []string{serialKey, epochKey, list},
 		max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), after).Slice()
 	if err != nil {
 		return Position{}, nil, false, err

@@ -224,6 +224,16 @@ func (b *RedisBroker) WhenRouted(app, ch string, fn func(bool)) {
 	})
 }
 
+// RouteInEffect reports whether publishes of the channel made on any node now reach this
+// node: its subscription to the channel's topic is confirmed (interest routing), or the
+// one cluster subscription is live (broadcast routing).
+func (b *RedisBroker) RouteInEffect(app, ch string) bool {
+	if b.router == nil {
+		return b.home == nil || b.home.Up()
+	}
+	return b.Routed(app, ch)
+}
+
 // Routed reports whether the node's subscription to the channel is confirmed (tests).
 func (b *RedisBroker) Routed(app, ch string) bool {
 	if b.router == nil {

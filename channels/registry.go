@@ -268,6 +268,23 @@ func (r *Registry) AwaitRouted(ctx context.Context, app, name string) error {
 	}
 }
 
+// SubscribeRouted waits (bounded by ctx) until publishes of the channel made on any node
+// reach this node and reports whether they do: false when the route was not in effect in
+// time (Redis stalled or unreachable), which a subscriber that must not miss an event (a
+// recovery channel's) is refused for. Without a routing broker it is true at once.
+func (r *Registry) SubscribeRouted(ctx context.Context, app, name string) bool {
+	if r.router == nil {
+		return true
+	}
+	if r.AwaitRouted(ctx, app, name) != nil {
+		return false
+	}
+	if re, ok := r.broker.(interface{ RouteInEffect(string, string) bool }); ok {
+		return re.RouteInEffect(app, name)
+	}
+	return true
+}
+
 // IsSubscribed reports whether socketID is subscribed locally to the channel.
 func (r *Registry) IsSubscribed(app, name, socketID string) bool {
 	s := r.shardOf(app, name)

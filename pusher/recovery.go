@@ -238,16 +238,25 @@ func (r *recoverySub) Send(frame []byte) {
 	r.pass(frame)
 }
 
-// pass sends frame unless its serial is at or below pos (mu held).
+// pass sends frame unless its serial is at or below pos (mu held). A live resume_failed
+// (the node told a gap or a new epoch) opens the filter: the serials that follow it are
+// counted from the position it names, not from pos.
 func (r *recoverySub) pass(frame []byte) {
 	s := channels.SerialOf(frame)
 	if s != 0 && s <= r.pos {
 		return
 	}
-	if s > r.pos {
+	if s > r.pos || (s == 0 && isResumeFailed(frame)) {
 		r.open.Store(true)
 	}
 	r.c.Send(frame)
+}
+
+// isResumeFailed reports whether frame is a pusher:resume_failed (ToldGap's frame).
+func isResumeFailed(frame []byte) bool {
+	const ev = `{"event":"pusher:resume_failed"`
+	i := bytes.IndexByte(frame, '{')
+	return i >= 0 && bytes.HasPrefix(frame[i:], []byte(ev))
 }
 
 // position sets the answered position and sends what was held behind it.
@@ -389,4 +398,40 @@ func (c *Conn) enqueueOrBusy(fn func(onTask)) {
 		c.srv.tasksRefused.Add(1)
 		c.sendError(codeOverCapacity, "Server is busy, try again")
 	}
+}
+
+// recoveryRouteTimeout bounds how long a recovery channel's subscribe waits for this node's
+// route to the channel (its Redis subscription) to be in effect.
+const recoveryRouteTimeout = 2500 * time.Millisecond
+
+// recoveryRouted waits (on the task goroutine) until publishes of a recovery channel made on
+// any node reach this node, and reports whether they do: its position is read only then,
+// so every later serial reaches the socket live. False when the route was not in effect in
+// time (Redis stalled or unreachable): the subscribe is refused, never answered with a
+// position a stalled route cannot honour.
+func (c *Conn) recoveryRouted(t onTask, name string) bool {
+	ctx, cancel := context.WithTimeout(t.ctx, recoveryRouteTimeout)
+	defer cancel()
+	return c.srv.reg.SubscribeRouted(ctx, c.app.cfg.ID, name)
+}
+
+// refuseSubscribe undoes a subscription that was registered but is not answered (nothing
+// was announced for it yet) and tells the client to retry: pusher:error 4100, as a
+// presence join is refused while Redis is unavailable.
+func (c *Conn) refuseSubscribe(name string, b *ws.Barrier) {
+	c.subsMu.Lock()
+	c.subs.del(name)
+	c.subsMu.Unlock()
+	c.srv.reg.Unsubscribe(c.app.cfg.ID, name, c.socketID)
+	c.observeSub(name, false)
+	b.Release(errorFrame(codeOverCapacity, "Redis is unavailable, try again"))
+}
+
+// leaveRefused undoes a refused presence subscription's join (no member_added went out, so
+// no member_removed either).
+func (c *Conn) leaveRefused(t onTask, name string, m channels.Member) {
+	if _, err := c.srv.reg.Presence().Leave(t.ctx, c.app.cfg.ID, name, c.socketID, m.UserID); err != nil {
+		c.srv.log.Warn("a refused presence join could not be undone; presence repair removes it", "app", c.app.cfg.ID, "channel", name, "error", err)
+	}
+	c.unbindIfUnused(m.UserID)
 }

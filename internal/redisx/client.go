@@ -137,6 +137,10 @@ func (c *Client) plane() redis.UniversalClient {
 	return c.UniversalClient
 }
 
+// Plane is the pub/sub plane's client: what must reach the server the broker's writer
+// writes to (a recovery channel's history, read where its appends go) uses it.
+func (c *Client) Plane() redis.UniversalClient { return c.plane() }
+
 // Pipeline is the pub/sub plane's pipeline (the broker's publishes and their cache writes).
 func (c *Client) Pipeline() redis.Pipeliner { return c.plane().Pipeline() }
 
