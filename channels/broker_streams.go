@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sync"
@@ -31,7 +32,25 @@ const (
 	fillTimeout  = 2 * time.Second
 	maxHeld      = 4096
 	fillParallel = 8
+	recentFrames = 16
 )
+
+var frameSeed = maphash.MakeSeed()
+
+// recentFrame is a delivered frame's serial and hash.
+type recentFrame struct{ serial, hash uint64 }
+
+// remember records a frame delivered under serial (st.mu held).
+func (st *stream) remember(serial uint64, frame []byte) {
+	st.recent[serial%recentFrames] = recentFrame{serial, maphash.Bytes(frameSeed, frame)}
+}
+
+// reuses reports whether frame is another event than the one delivered here under serial
+// (false when that one is not among the recent ones: unknown is not proof).
+func (st *stream) reuses(serial uint64, frame []byte) bool {
+	r := st.recent[serial%recentFrames]
+	return r.serial == serial && r.hash != maphash.Bytes(frameSeed, frame)
+}
 
 // streams puts the recovery events this node receives in serial order, per channel with a
 // local subscriber (Seed, on its first subscribe; dropped by Unwant): an event whose serial
@@ -58,7 +77,11 @@ type stream struct {
 	epoch   string
 	last    uint64   // the serial delivered last under epoch
 	retired []string // epochs the channel left (newest last, a few): their late frames are dropped
-	filling bool     // a history read is in flight; live frames wait in held
+	// recent are the hashes of the last delivered frames by serial%len: a serial at or below
+	// last whose frame differs was given to a second event (reused).
+	recent  [recentFrames]recentFrame
+	reused  bool // a reuse was seen: fill rotates the epoch first
+	filling bool // a history read is in flight; live frames wait in held
 	held    []heldFrame
 }
 
@@ -143,9 +166,16 @@ func (s *streams) step(st *stream, m Message, epoch string) {
 		// a late frame of an epoch the channel left: its loss was told
 	case epoch == st.epoch && serial == st.last+1:
 		st.last = serial
+		st.remember(serial, m.Frame)
 		s.deliver(m)
-	case epoch == st.epoch && serial <= st.last:
+	case epoch == st.epoch && serial <= st.last && !st.reuses(serial, m.Frame):
 		// delivered already (it raced a history read)
+	case epoch == st.epoch && serial <= st.last:
+		// Another event under a serial delivered here: Redis lost appends it had answered
+		// and a publisher that could not know gave their serials out again. The epoch
+		// must change (fill rotates it) and what follows is told from the new one.
+		st.reused, st.filling = true, true
+		go s.fill(st)
 	default: // a gap, or a new epoch: read the history first
 		st.filling = true
 		st.held = append(st.held, heldFrame{m, epoch})
@@ -180,8 +210,16 @@ func (s *streams) fill(st *stream) {
 	lim, ok := s.limits(st.app, st.ch)
 	deadline := time.Now().Add(fillBound)
 	st.mu.Lock()
-	epoch, after := st.epoch, st.last
+	epoch, after, reused := st.epoch, st.last, st.reused
+	st.reused = false
 	st.mu.Unlock()
+	if reused && ok {
+		ctx, cancel := context.WithTimeout(context.Background(), fillTimeout)
+		if _, err := s.hist.Rotate(ctx, st.app, st.ch, lim, epoch); err != nil {
+			s.log.Warn("recovery: a reused serial's epoch could not be rotated", "app", st.app, "channel", st.ch, "error", err)
+		}
+		cancel()
+	}
 	var (
 		pos      Position
 		evs      []HistoryEvent
@@ -263,6 +301,7 @@ func (s *streams) replay(st *stream, evs []HistoryEvent) {
 			continue
 		}
 		st.last = ev.Serial
+		st.remember(ev.Serial, ev.Frame)
 		s.deliver(Message{AppID: st.app, Channel: st.ch, Frame: ev.Frame, Except: ev.Except, Recovery: &serialled})
 	}
 }

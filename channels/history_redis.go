@@ -15,6 +15,7 @@ import (
 var (
 	historyAppendScript = redisx.Script("channels_history_append")
 	historySinceScript  = redisx.Script("channels_history_since")
+	historyRotateScript = redisx.Script("channels_history_rotate")
 )
 
 // RedisHistory is the cluster History: each channel's serial, epoch and history list live
@@ -132,6 +133,14 @@ func (h *RedisHistory) Append(ctx context.Context, app, ch string, lim HistoryLi
 		deliver(n, f)
 	}
 	return n, f, err
+}
+
+// Rotate gives the channel a new epoch if it still has epoch (which gave a serial to a
+// second event), dropping its history; it returns the channel's epoch afterwards.
+func (h *RedisHistory) Rotate(ctx context.Context, app, ch string, lim HistoryLimits, epoch string) (string, error) {
+	serial, epochKey, list, nodes := h.keys.HistoryKeys(app, ch)
+	return historyRotateScript.Run(ctx, h.scripter(), []string{serial, epochKey, list, nodes},
+		epoch, h.epochCandidate(), max(int(lim.TTL.Seconds()), 1)).Text()
 }
 
 // Position implements History.

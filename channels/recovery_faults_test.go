@@ -47,27 +47,29 @@ type recoveryNode struct {
 func recoveryPair(t *testing.T, lim channels.HistoryLimits) (pub, sub recoveryNode, direct *redis.Client, keys *channels.KeySpace, hist *channels.RedisHistory, proxy *testutil.Proxy) {
 	t.Helper()
 	direct, via, proxy := viaProxy(t)
-	ch := "test:" + uuid.NewString()
-	keys = channels.NewKeySpace(ch, true)
+	keys = channels.NewKeySpace("test:"+uuid.NewString(), true)
 	hist = channels.NewRedisHistory(direct, keys)
 	if err := channels.LoadScripts(context.Background(), direct); err != nil {
 		t.Fatal(err)
 	}
-	var nodes [2]recoveryNode
-	for i, rdb := range []redis.UniversalClient{direct, via} {
-		b, err := channels.NewRedisBroker(context.Background(), rdb, channels.RedisBrokerOptions{
-			Channel: ch, Keys: keys, History: channels.NewRedisHistory(rdb, keys),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		nodes[i] = recoveryNode{reg: channels.NewRegistry(channels.Options{Broker: b}), told: &toldLog{}}
-		b.SetRecovery(func(string, string) (channels.HistoryLimits, bool) { return lim, true }, nodes[i].told.told)
-		b.Start(nodes[i].reg.DeliverLocal)
-		<-b.Dialled()
+	return newRecoveryNode(t, direct, keys, lim), newRecoveryNode(t, via, keys, lim), direct, keys, hist, proxy
+}
+
+// newRecoveryNode is one more node of the cluster named by keys, on rdb.
+func newRecoveryNode(t *testing.T, rdb redis.UniversalClient, keys *channels.KeySpace, lim channels.HistoryLimits) recoveryNode {
+	t.Helper()
+	b, err := channels.NewRedisBroker(context.Background(), rdb, channels.RedisBrokerOptions{
+		Channel: keys.Channel(), Keys: keys, History: channels.NewRedisHistory(rdb, keys),
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nodes[0], nodes[1], direct, keys, hist, proxy
+	t.Cleanup(func() { _ = b.Close() })
+	n := recoveryNode{reg: channels.NewRegistry(channels.Options{Broker: b}), told: &toldLog{}}
+	b.SetRecovery(func(string, string) (channels.HistoryLimits, bool) { return lim, true }, n.told.told)
+	b.Start(n.reg.DeliverLocal)
+	<-b.Dialled()
+	return n
 }
 
 // subscribeAt subscribes sink on node n as pusher does: once routed, the channel's position
@@ -193,6 +195,51 @@ func TestRecoveryAppendsLostInAFailover(t *testing.T) {
 	}
 	if told := sub.told.get(); len(told) != 1 || told[0] != "orders epoch_changed "+pos.Epoch+" 0" {
 		t.Fatalf("told %q, want the new epoch from serial 0", told)
+	}
+}
+
+// TestRecoveryReusedSerialSeenByASubscriber (issue 31, cause 2): as above, but the publish
+// after the lost append goes through a node that never saw the channel, so it cannot tell
+// Redis lost anything and serial 3 is given to a second event. The subscriber's node sees
+// serial 3 come back with another frame: it rotates the channel's epoch and tells its
+// subscriber, and the next event arrives under the new epoch. Before, the second serial 3
+// was dropped as already seen, in silence.
+func TestRecoveryReusedSerialSeenByASubscriber(t *testing.T) {
+	ctx := context.Background()
+	lim := channels.HistoryLimits{Size: 100, TTL: time.Minute}
+	pub, sub, direct, keys, hist, _ := recoveryPair(t, lim)
+	sink := &channelstest.Sink{ID: "1.1"}
+	before := subscribeAt(t, sub, hist, lim, "orders", sink)
+	publishRecovery(t, pub, lim, "orders", "1", "")
+	publishRecovery(t, pub, lim, "orders", "2", "")
+	sink.WaitFor(t, "events 1, 2", func(f []string) bool { return len(f) == 2 })
+	serialKey, _, list, _ := keys.HistoryKeys("app", "orders")
+	snapshot := map[string]string{}
+	for _, k := range []string{serialKey, list} {
+		snapshot[k] = direct.Dump(ctx, k).Val()
+	}
+	publishRecovery(t, pub, lim, "orders", "3", "")
+	sink.WaitFor(t, "event 3", func(f []string) bool { return len(f) == 3 })
+	for k, d := range snapshot {
+		if err := direct.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stranger := newRecoveryNode(t, direct, keys, lim)
+	publishRecovery(t, stranger, lim, "orders", "3bis", "") // given serial 3 again
+	testutil.WaitFor(t, "the channel's new epoch", func() bool {
+		pos, err := hist.Position(ctx, "app", "orders", lim)
+		return err == nil && pos.Epoch != before.Epoch
+	})
+	pos, _ := hist.Position(ctx, "app", "orders", lim)
+	testutil.WaitFor(t, "told", func() bool { return len(sub.told.get()) == 1 })
+	publishRecovery(t, stranger, lim, "orders", "4", "")
+	sink.WaitFor(t, "the event after the rotation", func(f []string) bool { return len(f) == 4 })
+	if got := serials(sink.Frames()); !equalSerials(got, 1, 2, 3, 1) {
+		t.Fatalf("serials %v, want 1 2 3 then 1 of the new epoch", got)
+	}
+	if told := sub.told.get(); told[0] != "orders epoch_changed "+pos.Epoch+" 0" {
+		t.Fatalf("told %q, want the new epoch %s from serial 0", told, pos.Epoch)
 	}
 }
 
