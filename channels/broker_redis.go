@@ -246,9 +246,6 @@ func (b *RedisBroker) homeLost(cause string) {
 	}
 }
 
-// AssignsSerials implements SerialBroker: with a History, recovery messages get their
-// serial from the writer's append script.
-func (b *RedisBroker) AssignsSerials() bool { return b.hist != nil }
 
 // Routing is the broker's routing.
 func (b *RedisBroker) Routing() Routing { return b.routing }

@@ -30,9 +30,6 @@ func historyNodes(t *testing.T, rdb redis.UniversalClient, n int, routing channe
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = b.Close() })
-		if !b.AssignsSerials() {
-			t.Fatal("a broker with a History does not assign serials")
-		}
 		regs[i] = channels.NewRegistry(channels.Options{Broker: b})
 		b.Start(regs[i].DeliverLocal)
 		select {

@@ -138,50 +138,17 @@ func (s *Server) recoveryOf(appID, ch string) *config.Recovery {
 	return &a.cfg.Recovery
 }
 
-// publishRecovered publishes the messages of one API request. With scaling, those for
-// recovery channels are marked and the broker's writer gives each its serial where it
-// enters Redis, atomically with its publish (one round trip; the request stays all or
-// nothing). On one node they get their serial from the History, which keeps them and
-// delivers each under the channel's serial order; the rest go to the broker as before.
+// publishRecovered publishes the messages of one API request, those for recovery channels
+// marked with their history's bounds: the broker gives each its serial where it enters the
+// channel's order (the Redis script with scaling, the memory broker's History on one node),
+// in one publish that stays all or nothing.
 func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) error {
-	plain := ms[:0:0]
-	for _, m := range ms {
-		if m.Cacheable && s.recoveryOf(m.AppID, m.Channel) == nil {
-			plain = append(plain, m)
+	for i := range ms {
+		if ms[i].Cacheable && s.recoveryOf(ms[i].AppID, ms[i].Channel) != nil {
+			ms[i].Recovery = &s.appsByID[ms[i].AppID].hist
 		}
 	}
-	if len(plain) == len(ms) {
-		return s.publishAcked(ctx, ms)
-	}
-	if s.brokerSerials {
-		for i := range ms {
-			if ms[i].Cacheable && s.recoveryOf(ms[i].AppID, ms[i].Channel) != nil {
-				ms[i].Recovery = &s.appsByID[ms[i].AppID].hist
-			}
-		}
-		return s.publishAcked(ctx, ms)
-	}
-	for _, m := range ms {
-		r := s.recoveryOf(m.AppID, m.Channel)
-		if r == nil || !m.Cacheable {
-			if err := s.reg.Publish(ctx, m); err != nil {
-				return err
-			}
-			continue
-		}
-		var perr error
-		_, _, err := s.history.Append(ctx, m.AppID, m.Channel, historyLimits(r), m.Except, m.Frame, func(_ uint64, frame []byte) {
-			m.Frame = frame
-			perr = s.reg.Publish(ctx, m) // MemoryBroker: delivered in serial order
-		})
-		if err != nil {
-			return err
-		}
-		if perr != nil {
-			return perr
-		}
-	}
-	return nil
+	return s.publishAcked(ctx, ms)
 }
 
 // RecoveryLimits is the history bounds of ch when its app enables recovery for it: the

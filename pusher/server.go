@@ -108,9 +108,6 @@ type Server struct {
 	reconcile presenceReconcile // presence_reconcile.go
 	counts    subCounts         // Pusher's subscription counts (subcount.go)
 	history   channels.History  // recovery.go; nil when no app enables recovery
-	// brokerSerials: the broker gives recovery messages their serial as it publishes them
-	// (the cluster's writer, channels.SerialBroker); else the History does, then the broker.
-	brokerSerials bool
 	// publishTimeout bounds an HTTP API publish's wait for Redis (scaling.publish_timeout).
 	publishTimeout time.Duration
 }
@@ -138,8 +135,8 @@ func NewServer(opts Options) *Server {
 	}
 	s.remote = s.reg.Remote()
 	s.history = newHistory(s.cfg, opts.History, s.remote)
-	if sb, ok := s.reg.Broker().(channels.SerialBroker); ok && s.history != nil {
-		s.brokerSerials = sb.AssignsSerials()
+	if mb, ok := s.reg.Broker().(*channels.MemoryBroker); ok && s.history != nil {
+		mb.SetHistory(s.history) // it gives recovery messages their serial (recovery.go)
 	}
 	if s.remote {
 		t := s.cfg.Scaling.PublishTimeout
