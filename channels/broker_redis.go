@@ -246,7 +246,6 @@ func (b *RedisBroker) homeLost(cause string) {
 	}
 }
 
-
 // Routing is the broker's routing.
 func (b *RedisBroker) Routing() Routing { return b.routing }
 
