@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 )
 
@@ -33,6 +34,7 @@ type pubAck struct {
 	left  atomic.Int32 // messages not yet accepted by Redis
 	state atomic.Int32
 	err   atomic.Pointer[error]
+	once  sync.Once
 	done  chan struct{}
 }
 
@@ -45,14 +47,14 @@ func newPubAck(n int) *pubAck {
 // accepted counts one message in Redis; the last one releases the caller.
 func (a *pubAck) accepted() {
 	if a.left.Add(-1) == 0 {
-		close(a.done)
+		a.once.Do(func() { close(a.done) })
 	}
 }
 
 // failed releases the caller with err (the message was dropped); later calls do nothing.
 func (a *pubAck) failed(err error) {
 	if a.err.CompareAndSwap(nil, &err) {
-		close(a.done)
+		a.once.Do(func() { close(a.done) })
 	}
 }
 
