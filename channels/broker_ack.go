@@ -27,6 +27,7 @@ const (
 	ackQueued int32 = iota
 	ackSent
 	ackWithdrawn
+	ackAbandoned // the caller gave up after the writer sent it: not sent again on a retry
 )
 
 // pubAck is one PublishAcked request's acknowledgement, shared by its messages.
@@ -58,11 +59,16 @@ func (a *pubAck) failed(err error) {
 	}
 }
 
-// take is the writer's: true when the message goes out (marks the request sent), false when
-// the caller withdrew it.
+// take is the writer's, before it sends a message the first time: true when it goes out
+// (marks the request sent), false when the caller withdrew it.
 func (a *pubAck) take() bool {
 	return a.state.CompareAndSwap(ackQueued, ackSent) || a.state.Load() == ackSent
 }
+
+// retry is the writer's, before it sends a message again after a failed pipeline: false
+// when the caller was answered 503 meanwhile (the pipeline that failed may still have
+// reached Redis; sending it again would only deliver it later still).
+func (a *pubAck) retry() bool { return a.state.Load() != ackAbandoned }
 
 // PublishAcked implements AckBroker: ms are queued all or nothing (ErrBacklog, as
 // PublishAll), not delivered here, and the call returns once the writer's pipeline that
@@ -92,6 +98,7 @@ func (b *RedisBroker) PublishAcked(ctx context.Context, ms []Message) error {
 			}
 			return nil
 		default:
+			a.state.CompareAndSwap(ackSent, ackAbandoned)
 			return ErrPublishTimeout
 		}
 	}

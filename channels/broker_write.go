@@ -180,14 +180,15 @@ func (b *RedisBroker) forget(o outbound) {
 	}
 }
 
-// dropWithdrawn drops the messages of PublishAcked requests whose caller gave up before the
-// writer took them (answered 503: they must not be delivered after all), and marks the
-// others' requests sent.
+// dropWithdrawn drops the messages of PublishAcked requests whose caller gave up (answered
+// 503) before the writer took them (they must not be delivered after all) or before a
+// retry of the pipeline that carried them, and marks the others' requests sent.
 func (b *RedisBroker) dropWithdrawn(batch []outbound) []outbound {
 	n := 0
 	for _, o := range batch {
-		if o.ack != nil && o.env == nil && !o.ack.take() {
+		if o.ack != nil && ((o.env == nil && !o.ack.take()) || (o.env != nil && !o.ack.retry())) {
 			b.forget(o)
+			o.ack.failed(ErrPublishTimeout)
 			continue
 		}
 		batch[n] = o
