@@ -135,3 +135,17 @@ func TestResumer(t *testing.T) {
 		})
 	}
 }
+
+// TestRollerTakesToldPosition: a live resume_failed's {epoch, serial} is the roller's
+// position, so a late frame of the gap it told is dropped and the next one counted.
+func TestRollerTakesToldPosition(t *testing.T) {
+	u := func(n uint64) *uint64 { return &n }
+	r := &roller{ch: "c", seen: map[int]int{}, failed: map[string]int{}, have: true, epoch: "E", serial: 1}
+	d, _ := json.Marshal(`{"reason":"too_old","epoch":"E","serial":40}`)
+	r.take(frame{Event: "pusher:resume_failed", Channel: "c", Data: d})
+	r.take(frame{Event: "seq", Channel: "c", Data: []byte(`"39"`), Serial: u(39)})
+	r.take(frame{Event: "seq", Channel: "c", Data: []byte(`"41"`), Serial: u(41)})
+	if r.seen[39] != 0 || r.seen[41] != 1 || r.raw != 1 || r.failed["too_old"] != 1 || r.serial != 41 {
+		t.Errorf("seen %v raw %d failed %v serial %d", r.seen, r.raw, r.failed, r.serial)
+	}
+}
