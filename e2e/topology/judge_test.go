@@ -11,12 +11,13 @@ import (
 const coverWindow = 15 * time.Second
 
 // item is one frame a recovery stream (one socket, one channel) received, in arrival order:
-// an event (seq, serial) or a resume_failed (told: epoch, serial).
+// an event (seq, serial) or a resume_failed (told: reason, epoch, serial).
 type item struct {
 	told   bool
 	seq    int
 	serial uint64
 	epoch  string
+	reason string
 	at     time.Time
 }
 

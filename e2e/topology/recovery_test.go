@@ -103,13 +103,14 @@ func (s *recSub) receive(ev testutil.PusherEvent) {
 	switch ev.Event {
 	case "pusher:resume_failed":
 		var d struct {
+			Reason string `json:"reason"`
 			Epoch  string `json:"epoch"`
 			Serial uint64 `json:"serial"`
 		}
 		if json.Unmarshal([]byte(ev.Data), &d) != nil {
 			return
 		}
-		it.told, it.epoch, it.serial = true, d.Epoch, d.Serial
+		it.told, it.reason, it.epoch, it.serial = true, d.Reason, d.Epoch, d.Serial
 	case "rec-test":
 		var p payload
 		if json.Unmarshal([]byte(ev.Data), &p) != nil {
@@ -252,6 +253,35 @@ func (r *recRun) verdict() verdict {
 	return v
 }
 
+// tolds describes the resume_failed frames received: a count per reason, and the first one
+// with the position its stream held before it.
+func (r *recRun) tolds() string {
+	reasons := map[string]int{}
+	first := ""
+	for _, s := range r.subs {
+		s.mu.Lock()
+		for ch, st := range s.streams {
+			epoch, last := st.epoch, st.last
+			for _, it := range st.items {
+				if !it.told {
+					last = max(last, it.serial)
+					continue
+				}
+				reasons[it.reason]++
+				if first == "" {
+					first = fmt.Sprintf("%s %s (%s, %d) after (%s, %d)", ch, it.reason, it.epoch, it.serial, epoch, last)
+				}
+				epoch, last = it.epoch, it.serial
+			}
+		}
+		s.mu.Unlock()
+	}
+	if len(reasons) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%v, first: %s", reasons, first)
+}
+
 // nodeKill: SIGKILL node 4 (neither the publisher's node nor a judged subscriber's, but it
 // takes a quarter of the publishes and has subscribers of every channel), from its exit.
 func nodeKill(_ context.Context, _ *testing.T, r *recRun) (time.Time, error) {
@@ -299,6 +329,7 @@ func runRecovery(t *testing.T, bin string, sc recScenario) {
 	}
 	t.Logf("SUMMARY recovery scenario=%s published=%d refused=%d streams=%d %v dropped_sockets=%d fault_to_moment=%s",
 		sc.name, published, refused, recSubscribers*recPerSub, v, dropped, moment.Sub(faultStart).Round(100*time.Millisecond))
+	t.Logf("resume_failed frames: %s", r.tolds())
 	if v.silent != 0 || v.serialGaps != 0 {
 		t.Errorf("%d accepted deliveries lost in silence, %d serials skipped without a resume_failed", v.silent, v.serialGaps)
 	}
