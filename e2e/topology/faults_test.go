@@ -90,7 +90,8 @@ func runScenario(t *testing.T, bin string, sc scenario) {
 	h := newHarness(t, bin, top, scalingKeys(top))
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go h.publish(ctx)
+	publishing := make(chan struct{})
+	go func() { defer close(publishing); h.publish(ctx) }()
 	time.Sleep(warmup) // the run's shape is the point: publish this long before the fault
 	faultStart := time.Now()
 	fctx, fcancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -102,6 +103,7 @@ func runScenario(t *testing.T, bin string, sc scenario) {
 	}
 	time.Sleep(time.Until(moment.Add(tail)))
 	stop()
+	<-publishing // no pubWG.Add after this: drain's Wait may start
 	h.drain(5 * time.Second)
 	res := h.result(faultStart, moment)
 	first := "none"
