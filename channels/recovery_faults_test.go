@@ -148,6 +148,35 @@ func TestRecoveryGapOfADeafSubscription(t *testing.T) {
 	}
 }
 
+// afterLostAppend publishes 1, 2 and 3 through pub to a channel sink subscribes to on sub,
+// then puts the channel's keys back as they were at serial 2 (a replica promoted without
+// the last append, as DUMP/RESTORE makes it). It returns the position sub was answered.
+func afterLostAppend(t *testing.T, pub, sub recoveryNode, direct *redis.Client, keys *channels.KeySpace, hist *channels.RedisHistory, lim channels.HistoryLimits, sink *channelstest.Sink) channels.Position {
+	t.Helper()
+	ctx := context.Background()
+	before := subscribeAt(t, sub, hist, lim, "orders", sink)
+	publishRecovery(t, pub, lim, "orders", "1", "")
+	publishRecovery(t, pub, lim, "orders", "2", "")
+	sink.WaitFor(t, "events 1, 2", func(f []string) bool { return len(f) == 2 })
+	serialKey, _, list, _ := keys.HistoryKeys("app", "orders")
+	snapshot := map[string]string{}
+	for _, k := range []string{serialKey, list} {
+		d, err := direct.Dump(ctx, k).Result()
+		if err != nil {
+			t.Fatal(k, err)
+		}
+		snapshot[k] = d
+	}
+	publishRecovery(t, pub, lim, "orders", "3", "")
+	sink.WaitFor(t, "event 3", func(f []string) bool { return len(f) == 3 })
+	for k, d := range snapshot {
+		if err := direct.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return before
+}
+
 // TestRecoveryAppendsLostInAFailover (issue 31, cause 2): Redis answered serials 1..3, then
 // lost the last append (a replica promoted without it: the keys as they were at serial 2,
 // restored with DUMP/RESTORE). The next publish must not give serial 3 to a second event:
@@ -160,28 +189,7 @@ func TestRecoveryAppendsLostInAFailover(t *testing.T) {
 	lim := channels.HistoryLimits{Size: 100, TTL: time.Minute}
 	pub, sub, direct, keys, hist, _ := recoveryPair(t, lim)
 	sink := &channelstest.Sink{ID: "1.1"}
-	before := subscribeAt(t, sub, hist, lim, "orders", sink)
-	publishRecovery(t, pub, lim, "orders", "1", "")
-	publishRecovery(t, pub, lim, "orders", "2", "")
-	sink.WaitFor(t, "events 1, 2", func(f []string) bool { return len(f) == 2 })
-	serialKey, epochKey, list, nodesKey := keys.HistoryKeys("app", "orders")
-	snapshot := map[string]string{}
-	for _, k := range []string{serialKey, epochKey, list, nodesKey} {
-		d, err := direct.Dump(ctx, k).Result()
-		if err == redis.Nil {
-			continue
-		} else if err != nil {
-			t.Fatal(k, err)
-		}
-		snapshot[k] = d
-	}
-	publishRecovery(t, pub, lim, "orders", "3", "")
-	sink.WaitFor(t, "events 1..3", func(f []string) bool { return len(f) == 3 })
-	for k, d := range snapshot { // the promoted replica's keys
-		if err := direct.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	before := afterLostAppend(t, pub, sub, direct, keys, hist, lim, sink)
 	publishRecovery(t, pub, lim, "orders", "4", "")
 	sink.WaitFor(t, "the event after the lost append", func(f []string) bool { return len(f) == 4 })
 	if got := serials(sink.Frames()); !equalSerials(got, 1, 2, 3, 4) {
@@ -210,22 +218,7 @@ func TestRecoveryReusedSerialSeenByASubscriber(t *testing.T) {
 	lim := channels.HistoryLimits{Size: 100, TTL: time.Minute}
 	pub, sub, direct, keys, hist, _ := recoveryPair(t, lim)
 	sink := &channelstest.Sink{ID: "1.1"}
-	before := subscribeAt(t, sub, hist, lim, "orders", sink)
-	publishRecovery(t, pub, lim, "orders", "1", "")
-	publishRecovery(t, pub, lim, "orders", "2", "")
-	sink.WaitFor(t, "events 1, 2", func(f []string) bool { return len(f) == 2 })
-	serialKey, _, list, _ := keys.HistoryKeys("app", "orders")
-	snapshot := map[string]string{}
-	for _, k := range []string{serialKey, list} {
-		snapshot[k] = direct.Dump(ctx, k).Val()
-	}
-	publishRecovery(t, pub, lim, "orders", "3", "")
-	sink.WaitFor(t, "event 3", func(f []string) bool { return len(f) == 3 })
-	for k, d := range snapshot {
-		if err := direct.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	before := afterLostAppend(t, pub, sub, direct, keys, hist, lim, sink)
 	stranger := newRecoveryNode(t, direct, keys, lim)
 	publishRecovery(t, stranger, lim, "orders", "3bis", "") // given serial 3 again
 	testutil.WaitFor(t, "the channel's new epoch", func() bool {
