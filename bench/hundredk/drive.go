@@ -58,8 +58,18 @@ func drive(args []string) (int, error) {
 	marks := fs.Int("marks", 3, "broadcasts before the kill")
 	wait := fs.Duration("wait", 5*time.Second, "how long a broadcast may take to reach every socket")
 	out := fs.String("out", "", "folder for configs and logs (default a new temporary one)")
-	if fs.Parse(args) != nil {
+	stop := fs.String("stop", "kill", "how node 0 goes: kill (SIGKILL) or term (SIGTERM: its drain, server.drain_delay and server.drain_period)")
+	drainDelay := fs.Int("drain-delay", -1, "server.drain_delay of every node (s; -1 = the default)")
+	drainPeriod := fs.Int("drain-period", -1, "server.drain_period of every node (s; -1 = the default)")
+	if fs.Parse(args) != nil || (*stop != "kill" && *stop != "term") {
 		return 2, nil
+	}
+	drain := ""
+	if *drainDelay >= 0 {
+		drain += ", drain_delay: " + strconv.Itoa(*drainDelay)
+	}
+	if *drainPeriod >= 0 {
+		drain += ", drain_period: " + strconv.Itoa(*drainPeriod)
 	}
 	if *out == "" {
 		d, err := os.MkdirTemp("", "reverbgo-hundredk-")
@@ -90,7 +100,7 @@ func drive(args []string) (int, error) {
 		}
 	}()
 	for i := range *nodes {
-		n, err := startNode(*bin, *out, i, redisURL)
+		n, err := startNode(*bin, *out, i, redisURL, drain)
 		if err != nil {
 			return 1, err
 		}
@@ -161,10 +171,18 @@ func drive(args []string) (int, error) {
 	}
 	errs0, rec0 := sums(ws)
 	killed := time.Now()
-	_ = ns[0].cmd.Process.Signal(syscall.SIGKILL)
+	if *stop == "term" {
+		d, err := drainRun(ws, ns[0], addrs[1], total, logf)
+		if err != nil {
+			return 1, err
+		}
+		summary["drain"] = d
+	} else {
+		_ = ns[0].cmd.Process.Signal(syscall.SIGKILL)
+	}
 	<-ns[0].exited
 	var back time.Duration
-	for subscribed(ws) == total && time.Since(killed) < 10*time.Second {
+	for *stop == "kill" && subscribed(ws) == total && time.Since(killed) < 10*time.Second {
 		time.Sleep(5 * time.Millisecond) // the workers report what they hold every 100 ms
 	}
 	progress := time.Now()
@@ -191,11 +209,11 @@ func drive(args []string) (int, error) {
 	errs1, rec1 := sums(ws)
 	ns = ns[1:] // killed: nothing to stop
 	if back == 0 {
-		logf("after SIGKILL of node 0: only %d of %d subscribed after 3 minutes", subscribed(ws), total)
+		logf("after SIG%s of node 0: only %d of %d subscribed after 3 minutes", strings.ToUpper(*stop), subscribed(ws), total)
 		return 1, nil
 	}
-	logf("after SIGKILL of node 0: every socket subscribed again in %s (%d reconnects, %d failed attempts); survivors' CPU over it (s): %v",
-		back.Round(time.Millisecond), rec1-rec0, errs1-errs0, cpu)
+	logf("after SIG%s of node 0: every socket subscribed again in %s (%d reconnects, %d failed attempts); survivors' CPU over it (s): %v",
+		strings.ToUpper(*stop), back.Round(time.Millisecond), rec1-rec0, errs1-errs0, cpu)
 	summary["kill"] = map[string]any{"resubscribed_s": back.Seconds(), "reconnects": rec1 - rec0, "failed_attempts": errs1 - errs0, "survivor_cpu_s": cpu}
 	r, err := broadcast(ws, addrs[1], "after", *wait)
 	if err != nil {
@@ -211,7 +229,7 @@ func drive(args []string) (int, error) {
 	return 0, nil
 }
 
-func startNode(bin, out string, i int, redisURL string) (*nodeProc, error) {
+func startNode(bin, out string, i int, redisURL, drain string) (*nodeProc, error) {
 	// A free port below the ephemeral range (32768 and up here), so neither this run's
 	// 93,000 client sockets nor another test's ":0" listener takes it between this check and
 	// the node's own listen (a node once lost its port so, and another process answered).
@@ -228,11 +246,11 @@ func startNode(bin, out string, i int, redisURL string) (*nodeProc, error) {
 		return nil, fmt.Errorf("no free port for node %d", i)
 	}
 	host, port, _ := net.SplitHostPort(addr)
-	cfg := fmt.Sprintf(`server: {host: %s, port: %s}
+	cfg := fmt.Sprintf(`server: {host: %s, port: %s, shutdown_timeout: 30%s}
 scaling: {enabled: true, redis_url: "%s", channel: hundredk}
 apps:
   - {app_id: %s, key: %s, secret: %s, activity_timeout: 120}
-`, host, port, redisURL, app.ID, app.Key, app.Secret)
+`, host, port, drain, redisURL, app.ID, app.Key, app.Secret)
 	path := filepath.Join(out, "node"+strconv.Itoa(i)+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err

@@ -5,7 +5,10 @@
 // channel (time to the last delivery, p50/p99 over every delivery), then SIGKILLs node 0
 // and reports how long its sockets took to be subscribed again on the others, with their
 // errors and the survivors' CPU over that window, and a last broadcast that must reach
-// every socket. Loopback only; everything it starts is stopped on exit.
+// every socket. --stop term SIGTERMs node 0 instead (its drain: --drain-delay and
+// --drain-period set server.drain_delay and server.drain_period of every node) and reports
+// the survivors' peak reconnects per second and the p99 of a broadcast published every
+// second during the drain. Loopback only; everything it starts is stopped on exit.
 package main
 
 import (
