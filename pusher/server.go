@@ -99,6 +99,7 @@ type Server struct {
 
 	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
 	draining atomic.Bool
+	leaving  atomic.Bool // BeginDrain: /up answers 503 draining (drain.go)
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup

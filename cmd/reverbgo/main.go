@@ -380,6 +380,21 @@ func newHTTPServer(n *node, logger *slog.Logger, tlsOn bool) *http.Server {
 }
 
 func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP) // reloads TLS certificates; never stops the server
+	return serveWith(cfg, logger, metrics, lifecycle{stop: sigs, hup: hups})
+}
+
+// lifecycle is what drives a serving node from outside: the stop signals (SIGINT, SIGTERM;
+// a second one cuts the drain short), SIGHUP, and, for tests, the listening address.
+type lifecycle struct {
+	stop, hup <-chan os.Signal
+	listening func(addr net.Addr) // nil: nobody asks
+}
+
+func serveWith(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry, life lifecycle) error {
 	n, err := newNode(cfg, logger, metrics)
 	if err != nil {
 		return err
@@ -419,6 +434,9 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		ln = n.srv.FastListener(ln, prefix) // WebSocket upgrades skip net/http; the rest is served below
 	}
 	logger.Info("reverbgo listening", "addr", ln.Addr().String(), "path", prefix, "tls", tlsOn, "apps", len(cfg.Apps), "version", version)
+	if life.listening != nil {
+		life.listening(ln.Addr())
+	}
 
 	errc := make(chan error, 1)
 	go func() {
@@ -429,10 +447,6 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		}
 	}()
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	hups := make(chan os.Signal, 1)
-	signal.Notify(hups, syscall.SIGHUP) // reloads TLS certificates; never stops the server
 wait:
 	for {
 		select {
@@ -441,17 +455,18 @@ wait:
 				return err
 			}
 			break wait
-		case <-hups:
+		case <-life.hup:
 			if certs == nil {
 				logger.Info("SIGHUP: nothing to reload (server.tls is not set)")
 				continue
 			}
 			certs.onSIGHUP(logger)
-		case sig := <-sigs:
+		case sig := <-life.stop:
 			logger.Info("shutting down", "signal", sig.String())
 			break wait
 		}
 	}
+	closeHTTP := n.drain(httpSrv, life.stop, cfg.Server)
 	timeout := time.Duration(cfg.Server.ShutdownTimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -459,7 +474,7 @@ wait:
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// In-flight HTTP requests finish while the sockets close.
-	n.shutdown(ctx, func(ctx context.Context) { _ = httpSrv.Shutdown(ctx) })
+	n.shutdown(ctx, closeHTTP)
 	logger.Info("stopped")
 	return nil
 }
