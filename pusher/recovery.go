@@ -131,11 +131,11 @@ func (s *Server) recoveryOf(appID, ch string) *config.Recovery {
 	if s.history == nil {
 		return nil
 	}
-	a := s.appsByID[appID]
-	if a == nil || !a.cfg.Recovery.Channel(ch) {
+	a := s.appByID(appID)
+	if a == nil || !a.cfg().Recovery.Channel(ch) {
 		return nil
 	}
-	return &a.cfg.Recovery
+	return &a.cfg().Recovery
 }
 
 // publishRecovered publishes the messages of one API request. With scaling, those for
@@ -156,7 +156,7 @@ func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) er
 	if s.brokerSerials {
 		for i := range ms {
 			if ms[i].Cacheable && s.recoveryOf(ms[i].AppID, ms[i].Channel) != nil {
-				ms[i].Recovery = &s.appsByID[ms[i].AppID].hist
+				ms[i].Recovery = &s.appByID(ms[i].AppID).hist
 			}
 		}
 		return s.reg.PublishAll(ctx, ms)
@@ -262,7 +262,7 @@ func resumeFailedFrame(name, reason string) []byte {
 // recoverySubscriber is who the registry delivers (app, name) to for c: c itself, or on a
 // recovery channel a filter (the second result, nil otherwise) that knows res's socket id.
 func (c *Conn) recoverySubscriber(name string, res *resumeRequest) (channels.Subscriber, *recoverySub, *config.Recovery) {
-	rec := c.srv.recoveryOf(c.app.cfg.ID, name)
+	rec := c.srv.recoveryOf(c.app.cfg().ID, name)
 	if rec == nil {
 		return c, nil, nil
 	}
@@ -291,14 +291,14 @@ func (c *Conn) answerFrames(t onTask, name, data string, rec *config.Recovery, r
 func (c *Conn) recoveryFrames(t onTask, name, data string, r *config.Recovery, sub *recoverySub, res *resumeRequest) [][]byte {
 	h, lim := c.srv.history, historyLimits(r)
 	if res == nil {
-		pos, err := h.Position(t.ctx, c.app.cfg.ID, name, lim)
+		pos, err := h.Position(t.ctx, c.app.cfg().ID, name, lim)
 		sub.position(pos.Serial)
 		if err != nil {
 			return [][]byte{subscribedFrame(name, data)}
 		}
 		return [][]byte{positionFrame(name, data, pos)}
 	}
-	pos, evs, complete, err := h.Since(t.ctx, c.app.cfg.ID, name, lim, res.Serial)
+	pos, evs, complete, err := h.Since(t.ctx, c.app.cfg().ID, name, lim, res.Serial)
 	sub.position(pos.Serial)
 	if err != nil {
 		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeEpochChanged)}

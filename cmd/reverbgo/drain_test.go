@@ -24,17 +24,18 @@ import (
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
-// drainNode is one serveWith on a free port, driven by the test's stop channel.
-type drainNode struct {
+// servedNode is one serveWith on a free port, driven by the test's signal channels.
+type servedNode struct {
 	base string
 	stop chan os.Signal
+	hup  chan os.Signal
 	done chan struct{} // closed when serveWith returned, with err
 	err  error
 	reg  *prometheus.Registry
 }
 
 // wait waits up to d for serveWith to return and answers its error.
-func (d *drainNode) wait(t *testing.T, within time.Duration) error {
+func (d *servedNode) wait(t *testing.T, within time.Duration) error {
 	t.Helper()
 	select {
 	case <-d.done:
@@ -45,7 +46,7 @@ func (d *drainNode) wait(t *testing.T, within time.Duration) error {
 	}
 }
 
-func startDrainNode(t *testing.T, delay, period int) *drainNode {
+func startDrainNode(t *testing.T, delay, period int) *servedNode {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(testutil.FreeAddr(t))
 	cfg := &config.Config{
@@ -57,12 +58,19 @@ func startDrainNode(t *testing.T, delay, period int) *drainNode {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d := &drainNode{base: "http://" + net.JoinHostPort(host, port), stop: make(chan os.Signal, 2), done: make(chan struct{}), reg: newMetricsRegistry()}
+	return startServing(t, cfg, nil, io.Discard)
+}
+
+// startServing runs serveWith(cfg) until the test ends; load is what SIGHUP (d.hup) reads.
+func startServing(t *testing.T, cfg *config.Config, load func() (*config.Config, error), logs io.Writer) *servedNode {
+	t.Helper()
+	d := &servedNode{base: "http://" + net.JoinHostPort(cfg.Server.Host, strconv.Itoa(cfg.Server.Port)), stop: make(chan os.Signal, 2),
+		hup: make(chan os.Signal, 1), done: make(chan struct{}), reg: newMetricsRegistry()}
 	up := make(chan struct{})
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	go func() {
 		defer close(d.done)
-		d.err = serveWith(cfg, logger, d.reg, lifecycle{stop: d.stop, listening: func(net.Addr) { close(up) }})
+		d.err = serveWith(cfg, logger, d.reg, lifecycle{stop: d.stop, hup: d.hup, load: load, listening: func(net.Addr) { close(up) }})
 	}()
 	select {
 	case <-up:
@@ -90,7 +98,7 @@ func startDrainNode(t *testing.T, delay, period int) *drainNode {
 }
 
 // up answers /up's status and health, or status 0 when the request fails (refused).
-func (d *drainNode) up() (int, string) {
+func (d *servedNode) up() (int, string) {
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := hc.Get(d.base + "/up")
 	if err != nil {
@@ -102,7 +110,7 @@ func (d *drainNode) up() (int, string) {
 	return resp.StatusCode, body.Health
 }
 
-func (d *drainNode) gauge(t *testing.T, name string) float64 {
+func (d *servedNode) gauge(t *testing.T, name string) float64 {
 	t.Helper()
 	mfs, err := d.reg.Gather()
 	if err != nil {
@@ -142,7 +150,7 @@ func (c *drainClient) toldAt() time.Time {
 	return c.told
 }
 
-func dialDrain(t *testing.T, d *drainNode, channel string) *drainClient {
+func dialDrain(t *testing.T, d *servedNode, channel string) *drainClient {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

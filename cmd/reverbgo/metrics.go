@@ -75,6 +75,7 @@ func (c webhookCollector) Collect(ch chan<- prometheus.Metric) {
 // when scaled, the Redis broker's state.
 func registerNodeMetrics(reg prometheus.Registerer, n *node) {
 	reg.MustRegister(n.srv.Collector(), webhookCollector{n.hooks})
+	n.reloads.register(reg)
 	srv := n.srv
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "reverbgo_draining",
