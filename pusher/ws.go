@@ -32,7 +32,7 @@ type wsHandler Server
 func (h *wsHandler) Accept(req *ws.Request, greeting []byte) ws.Decision {
 	s := (*Server)(h)
 	app := s.apps.Load().byKey[string(req.Name)] // inline: the conversion does not allocate
-	org := "" // converted only when an app has origins to check
+	org := ""                                    // converted only when an app has origins to check
 	if app != nil && len(app.cfg().AllowedOrigins) > 0 {
 		org = string(req.Origin)
 	}
