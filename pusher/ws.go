@@ -31,8 +31,9 @@ type wsHandler Server
 // with the 101. A refusal is counted and logged only when final (not Tentative).
 func (h *wsHandler) Accept(req *ws.Request, greeting []byte) ws.Decision {
 	s := (*Server)(h)
-	app := s.apps.Load().byKey[string(req.Name)] // inline: the conversion does not allocate
-	org := ""                                    // converted only when an app has origins to check
+	// The table's map read inline: the []byte to string conversion then does not allocate.
+	app := s.apps.Load().byKey[string(req.Name)]
+	org := "" // converted only when an app has origins to check
 	if app != nil && len(app.cfg().AllowedOrigins) > 0 {
 		org = string(req.Origin)
 	}
