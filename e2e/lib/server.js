@@ -163,6 +163,7 @@ async function startNode(opts = {}) {
     wsUrl: `${tls ? 'wss' : 'ws'}://127.0.0.1:${port}${prefix}`,
     apps,
     app: apps[0],
+    file, // the config file: a test may rewrite it and send SIGHUP
     proc,
     exited,
     logs: () => out,
