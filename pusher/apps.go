@@ -23,6 +23,16 @@ func (s *Server) appByID(id string) *appState { return s.apps.Load().byID[id] }
 
 func (s *Server) appList() []*appState { return s.apps.Load().list }
 
+// AppIDs lists the ids of the apps now configured (they change with ReloadApps).
+func (s *Server) AppIDs() []string {
+	list := s.appList()
+	ids := make([]string, len(list))
+	for i, a := range list {
+		ids[i] = a.cfg().ID
+	}
+	return ids
+}
+
 // newAppTable indexes apps, reusing old's appState (and so the live counters and sockets)
 // for every app id old already has. keep, if not nil, gives the configuration to store for
 // a kept app (ReloadApps keeps what cannot change live).

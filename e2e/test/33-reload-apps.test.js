@@ -9,7 +9,7 @@
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const { sdk, outcome, pusherClient, whenConnected, subscribe, inbox } = require('../lib/clients');
+const { sdk, apiGet, outcome, pusherClient, whenConnected, subscribe, inbox } = require('../lib/clients');
 const { startTopology, startNodes, haveRedis } = require('../lib/cluster');
 const { eventually, uid } = require('../lib/util');
 
@@ -98,6 +98,10 @@ describe('SIGHUP reloads apps on two nodes', { skip: !haveRedis() && 'redis not 
     }
     for (const n of nodes) assert.equal((await sdk(n, added).trigger(ch, 'ev', { via: n.port })).status, 200);
     for (const b of boxes) await b.wait(2);
+    // Cluster-wide answers count the added app's sockets on the other node too.
+    for (const n of nodes) {
+      await eventually(async () => (await apiGet(sdk(n, added), '/connections')).connections === 2, { what: `connections of the added app via :${n.port}` });
+    }
     await keptUntouched(1);
   });
 
