@@ -33,6 +33,10 @@ func (s *Server) AppIDs() []string {
 	return ids
 }
 
+// RecoveryServed reports whether this server keeps recovery history: without it (no app
+// enabled recovery at start) an app that enables it later gets resumes answered not_enabled.
+func (s *Server) RecoveryServed() bool { return s.history != nil }
+
 // newAppTable indexes apps, reusing old's appState (and so the live counters and sockets)
 // for every app id old already has. keep, if not nil, gives the configuration to store for
 // a kept app (ReloadApps keeps what cannot change live).

@@ -60,9 +60,15 @@ func (n *node) reload(load func() (*config.Config, error)) {
 	applied.Server, applied.Scaling, applied.Console, applied.Metrics = started.Server, started.Scaling, started.Console, started.Metrics
 	applied.Apps = append([]config.App(nil), next.Apps...)
 	for i := range applied.Apps {
-		if prev := started.AppByID(applied.Apps[i].ID); prev != nil && !reflect.DeepEqual(prev.Recovery, applied.Apps[i].Recovery) {
+		a := &applied.Apps[i]
+		switch prev := started.AppByID(a.ID); {
+		case prev != nil && !reflect.DeepEqual(prev.Recovery, a.Recovery):
 			keys = append(keys, "apps["+strconv.Itoa(i)+"].recovery")
-			applied.Apps[i].Recovery = prev.Recovery
+			a.Recovery = prev.Recovery
+		case prev == nil && a.Recovery.Enabled && !n.srv.RecoveryServed():
+			// The node keeps no history (no app had recovery at start): the added app is
+			// served, its resumes answered not_enabled until a restart.
+			keys = append(keys, "apps["+strconv.Itoa(i)+"].recovery")
 		}
 	}
 	if err := applied.Validate(); err != nil { // and it rebuilds the id and key indexes

@@ -257,7 +257,7 @@ func TestReloadNeedsRestart(t *testing.T) {
 	r := startReloadNode(t)
 	kept := r.mustDial(t, "keep-key")
 	head := strings.Replace(r.head, "port: "+strconv.Itoa(r.port), "port: "+strconv.Itoa(r.port+1), 1)
-	body := head + "scaling: {channel: other}\n" + reloadApps + "  - {app_id: new, key: new-key, secret: new-secret}\n"
+	body := head + "scaling: {channel: other}\n" + reloadApps + "  - {app_id: new, key: new-key, secret: new-secret, recovery: {enabled: true}}\n"
 	r.reload(t, body, "ok")
 	logs := r.logs.String()
 	var line string
@@ -266,7 +266,8 @@ func TestReloadNeedsRestart(t *testing.T) {
 			line = l
 		}
 	}
-	if !strings.Contains(line, "server.port") || !strings.Contains(line, "scaling.channel") || strings.Contains(line, "apps") {
+	// apps[5].recovery: the node keeps no history (no app had recovery at start).
+	if !strings.Contains(line, `"keys":"server.port, scaling.channel, apps[5].recovery"`) {
 		t.Fatalf("needs a restart line %q:\n%s", line, logs)
 	}
 	r.mustDial(t, "new-key") // the apps applied, on the port as started
