@@ -335,3 +335,30 @@ func TestDrainOff(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigCheckDrain: config check prints the effective drain keys and refuses a negative
+// one naming it.
+func TestConfigCheckDrain(t *testing.T) {
+	tests := []struct {
+		name, server string
+		rc           int
+		want         string
+	}{
+		{"defaults", "", 0, "drain_delay: 5\n    drain_period: 10\n"},
+		{"off", "server: {drain_delay: 0, drain_period: 0}\n", 0, "drain_delay: 0\n    drain_period: 0\n"},
+		{"negative delay", "server: {drain_delay: -1}\n", 1, "server.drain_delay: must be >= 0"},
+		{"negative period", "server: {drain_period: -3}\n", 1, "server.drain_period: must be >= 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb strings.Builder
+			file := writeTemp(t, "c.yaml", tt.server+"apps: [{app_id: a, key: k, secret: s}]\n")
+			if rc := run([]string{"config", "check", "--config", file}, &out, &errb); rc != tt.rc {
+				t.Fatalf("rc = %d, stderr %s", rc, errb.String())
+			}
+			if got := out.String() + errb.String(); !strings.Contains(got, tt.want) {
+				t.Fatalf("output lacks %q:\n%s", tt.want, got)
+			}
+		})
+	}
+}
