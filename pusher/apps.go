@@ -73,7 +73,8 @@ type AppChanges struct {
 // limits) applies from now on to every use that reads it, its sockets stay open, except its
 // recovery settings, kept as they were. Unchanged
 // apps are not touched. The table is swapped in one atomic store: a lookup sees the old
-// apps or the new ones, never a mix.
+// apps or the new ones, never a mix. Calls must not overlap (cmd/reverbgo makes them from
+// its one signal loop).
 func (s *Server) ReloadApps(apps []config.App) AppChanges {
 	var ch AppChanges
 	old := s.apps.Load()

@@ -275,3 +275,35 @@ func TestReloadNeedsRestart(t *testing.T) {
 		t.Fatal("socket of the unchanged app closed")
 	}
 }
+
+// TestRestartKeys names each changed key outside apps by its config path, and nothing for
+// a change of apps alone.
+func TestRestartKeys(t *testing.T) {
+	base := func() *config.Config {
+		c := &config.Config{Apps: []config.App{{ID: "a", Key: "k", Secret: "s"}}}
+		c.ApplyDefaults()
+		return c
+	}
+	tests := []struct {
+		name   string
+		change func(c *config.Config)
+		want   string
+	}{
+		{"nothing", func(*config.Config) {}, ""},
+		{"apps only", func(c *config.Config) { c.Apps[0].Secret = "t"; c.Apps = append(c.Apps, config.App{ID: "b"}) }, ""},
+		{"port", func(c *config.Config) { c.Server.Port = 9 }, "server.port"},
+		{"host and tls cert", func(c *config.Config) { c.Server.Host = "127.0.0.1"; c.Server.TLS.Cert = "c.pem" }, "server.host, server.tls.cert"},
+		{"drain", func(c *config.Config) { n := 0; c.Server.DrainDelay = &n }, "server.drain_delay"},
+		{"scaling", func(c *config.Config) { c.Scaling.Enabled = true; c.Scaling.Channel = "x" }, "scaling.enabled, scaling.channel"},
+		{"metrics and console", func(c *config.Config) { c.Metrics.Enabled = true; c.Console.Enabled = true }, "console.enabled, metrics.enabled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next := base()
+			tt.change(next)
+			if got := strings.Join(restartKeys(base(), next), ", "); got != tt.want {
+				t.Fatalf("restartKeys = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
