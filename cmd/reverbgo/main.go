@@ -214,8 +214,8 @@ type node struct {
 	// clients finds a request's client (server.trusted_proxies) for the per-client limits.
 	clients *httpguard.Clients
 	log     *slog.Logger
-	// live is the configuration whose apps are in effect, reloads its SIGHUP re-reads
-	// (reload.go); httpAPI takes the apps of each.
+	// live is the configuration whose apps are in effect; each SIGHUP's reload replaces it
+	// and hands its apps to httpAPI (reload.go).
 	live    *liveConfig
 	reloads reloadCounts
 	httpAPI *api.API
