@@ -131,6 +131,14 @@ func apiError(c echo.Context, status int, message string) error {
 	return c.JSON(status, map[string]string{"error": message})
 }
 
+// publishRefused answers a publish that Redis did not accept (scaling.publish_timeout
+// passed, the backlog is full, the node is shutting down): 503 with Retry-After, so a
+// queued Laravel broadcast retries; none of the request's events was answered 200.
+func publishRefused(c echo.Context, err error) error {
+	c.Response().Header().Set("Retry-After", "1")
+	return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+}
+
 // signedRequest is the shared signing middleware (apisign) for the Pusher HTTP API: the
 // body is bounded by server.max_request_size and the path is verified without prefix.
 func (a *API) signedRequest(prefix string) echo.MiddlewareFunc {

@@ -31,7 +31,7 @@ func (a *API) handleEvents(c echo.Context) error {
 		ms[i] = a.pub.EventMessage(app.ID, ch, ev.Name, data, ev.SocketID)
 	}
 	if err := a.pub.PublishAll(ctx, ms); err != nil {
-		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+		return publishRefused(c, err)
 	}
 	for _, ch := range chans {
 		a.pub.ObserveTrigger(app.ID, pusher.ObservedAPI, ch, ev.Name, data, ev.SocketID)
@@ -86,7 +86,7 @@ func (a *API) handleBatch(c echo.Context) error {
 		ms[i] = a.pub.EventMessage(app.ID, p.chans[0], ev.Name, p.data, ev.SocketID)
 	}
 	if err := a.pub.PublishAll(ctx, ms); err != nil {
-		return apiError(c, http.StatusServiceUnavailable, "Could not publish: "+err.Error())
+		return publishRefused(c, err)
 	}
 	for i, p := range ready {
 		ev := req.Batch[i]

@@ -12,6 +12,9 @@
 #   bench/chaos.sh --topology cluster                # Cluster, a replica per master: + reshard a third
 #                                                    # of the slots back and forth, CLUSTER FAILOVER
 #   bench/chaos.sh --duration 4m --fault-every 45s   # a short run
+#   bench/chaos.sh --recovery                        # apps[].recovery on: fan-out subscribers resume,
+#                                                    # every accepted event of the run is judged (0 lost
+#                                                    # in silence, 0 duplicated; told losses counted)
 #
 # Every flag is passed to bench/chaos (go run ./bench/chaos -h lists them). Loopback only.
 set -euo pipefail

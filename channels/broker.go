@@ -12,17 +12,11 @@ type Message struct {
 	// client events and pusher_internal events are never replayed.
 	Cacheable bool
 	// Recovery, on an HTTP API event of a recovery channel (issue 23), is its history's
-	// bounds: a broker that AssignsSerials gives Frame the channel's next serial where the
-	// event enters Redis, atomically with its publish. nil for everything else.
+	// bounds: the broker gives Frame the channel's next serial where the event enters its
+	// order (the Redis script, atomically with its publish; the memory broker's History,
+	// under the channel's lock), so every node delivers it with the serial. nil for
+	// everything else.
 	Recovery *HistoryLimits
-}
-
-// SerialBroker is a Broker that gives recovery messages (Message.Recovery) their serial
-// itself, as part of their publish (the cluster's, RedisBroker with a History): a
-// publisher hands such messages over unserialled and they are delivered, on every node,
-// with the serial. A broker without it gets messages whose serial the History gave.
-type SerialBroker interface {
-	AssignsSerials() bool
 }
 
 // Broker carries publishes to every node. Each node's broker calls the registry's
@@ -42,7 +36,12 @@ type BatchBroker interface {
 // real product for one process, not a test double.
 type MemoryBroker struct {
 	deliver func(Message) int
+	hist    History // gives recovery messages their serial (SetHistory); nil = none
 }
+
+// SetHistory makes the broker give recovery messages (Message.Recovery) their serial from
+// h as it delivers them, in serial order. Call it before the first publish.
+func (b *MemoryBroker) SetHistory(h History) { b.hist = h }
 
 var _ Broker = (*MemoryBroker)(nil)
 
@@ -51,10 +50,25 @@ func NewMemoryBroker(deliver func(Message) int) *MemoryBroker {
 	return &MemoryBroker{deliver: deliver}
 }
 
-// Publish delivers m synchronously; it only queues frames, never writes to sockets.
-func (b *MemoryBroker) Publish(_ context.Context, m Message) error {
-	b.deliver(m)
-	return nil
+// Publish delivers m synchronously; it only queues frames, never writes to sockets. A
+// recovery message is kept by the History with its serial and delivered under the
+// channel's lock, so deliveries keep serial order.
+func (b *MemoryBroker) Publish(ctx context.Context, m Message) error {
+	if m.Recovery == nil || b.hist == nil {
+		b.deliver(m)
+		return nil
+	}
+	return b.publishSerialled(ctx, m)
+}
+
+// publishSerialled is Publish of a recovery message (apart, so that the closure's m does
+// not move every publish's message to the heap).
+func (b *MemoryBroker) publishSerialled(ctx context.Context, m Message) error {
+	_, _, err := b.hist.Append(ctx, m.AppID, m.Channel, *m.Recovery, m.Except, m.Frame, func(_ uint64, frame []byte) {
+		m.Frame = frame
+		b.deliver(m)
+	})
+	return err
 }
 
 // Close does nothing: there is no connection to release.

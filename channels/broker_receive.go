@@ -56,18 +56,23 @@ func (b *RedisBroker) onMessage(seen *seqFilter, payload string) {
 		return // another node's probe on broadcast routing's shared channel
 	}
 	b.received.Add(1)
-	node, seq, dm, ok := decodeEnvelope([]byte(payload))
+	e, ok := decodeEnvelope([]byte(payload))
 	if !ok {
 		b.warn("dropping a malformed message on the scaling channel", errors.New("bad envelope"))
 		return
 	}
-	// This node's own publishes were delivered by Publish, except recovery events, whose
-	// frame (with its serial) only Redis made.
-	if (node == b.node && dm.Recovery == nil) || !seen.fresh(node, seq) {
+	// This node's own publishes were delivered by Publish, except those it delivers in
+	// Redis's order (echo): recovery events, whose frame (with its serial) only Redis made,
+	// and HTTP API publishes that waited for Redis.
+	if (e.node == b.node && !e.echo) || !seen.fresh(e.node, e.seq) {
 		return // delivered locally, or a retried batch's duplicate
 	}
+	if st := b.streams.Load(); st != nil && e.m.Recovery != nil {
+		st.receive(e.m, e.epoch) // broker_streams.go: in serial order, gaps filled or told
+		return
+	}
 	if d := b.deliver.Load(); d != nil {
-		(*d)(dm)
+		(*d)(e.m)
 	}
 }
 
@@ -82,8 +87,19 @@ func (b *RedisBroker) lost(cause string) {
 }
 
 func (b *RedisBroker) restored(cause string, _ time.Duration) {
+	if st := b.streams.Load(); st != nil {
+		st.check() // what the connection missed is in the histories
+	}
 	if f := b.onGap; f != nil {
 		f(cause, true)
+	}
+}
+
+// SeedPosition records a recovery channel's position as answered to its first subscriber
+// on this node: the events after it are then delivered in serial order (broker_streams.go).
+func (b *RedisBroker) SeedPosition(app, ch string, pos Position) {
+	if st := b.streams.Load(); st != nil {
+		st.Seed(app, ch, pos)
 	}
 }
 

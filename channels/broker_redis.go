@@ -114,6 +114,9 @@ type RedisBroker struct {
 	log     *slog.Logger
 	cache   *RedisCache
 	hist    *RedisHistory
+	streams atomic.Pointer[streams] // recovery channels' positions on this node (nil without recovery)
+	limits  func(app, ch string) (HistoryLimits, bool)
+	told    Told
 	keys    *KeySpace
 	routing Routing
 	home    *redisx.Sub // broadcast routing's single subscription
@@ -138,7 +141,10 @@ type RedisBroker struct {
 	drain      context.Context // cancelled when Close stops waiting for the backlog
 	stopDrain  context.CancelFunc
 	seq        uint64 // writer goroutine only
-	dropped    atomic.Int64
+	// appended: the last position of each recovery channel this node appended to (known).
+	appended      map[key]appendedPos // writer goroutine only
+	appendedSweep time.Time
+	dropped       atomic.Int64
 
 	deliver  atomic.Pointer[func(Message) int]
 	pubDown  atomic.Bool // the last publish batch failed
@@ -152,8 +158,9 @@ type RedisBroker struct {
 type outbound struct {
 	m   Message
 	at  time.Time
-	seq uint64 // the node's sequence number, assigned by the writer on first send
-	env []byte // encoded then (a recovery message's: its prefix, the script adds the frame)
+	seq uint64  // the node's sequence number, assigned by the writer on first send
+	env []byte  // encoded then (a recovery message's: its prefix, the script adds the frame)
+	ack *pubAck // PublishAcked's request, nil for the others
 }
 
 var _ Broker = (*RedisBroker)(nil)
@@ -239,10 +246,6 @@ func (b *RedisBroker) homeLost(cause string) {
 	}
 }
 
-// AssignsSerials implements SerialBroker: with a History, recovery messages get their
-// serial from the writer's append script.
-func (b *RedisBroker) AssignsSerials() bool { return b.hist != nil }
-
 // Routing is the broker's routing.
 func (b *RedisBroker) Routing() Routing { return b.routing }
 
@@ -257,10 +260,21 @@ func (b *RedisBroker) RouteTimeouts() int64 { return b.routeTimeouts.Load() }
 // NodeID returns the id this broker stamps on its envelopes.
 func (b *RedisBroker) NodeID() string { return b.node }
 
+// SetRecovery turns on, with a History, the in-order delivery of recovery events
+// (broker_streams.go): limits names a channel's history bounds when its app enables
+// recovery, told tells a channel's local subscribers of a gap the history could not fill or
+// of a new epoch (pusher:resume_failed). Call it before Start.
+func (b *RedisBroker) SetRecovery(limits func(app, ch string) (HistoryLimits, bool), told Told) {
+	b.limits, b.told = limits, told
+}
+
 // Start begins handing other nodes' messages to deliver (normally Registry.DeliverLocal)
 // and uses it for local delivery of this node's publishes. Only the first call counts.
 func (b *RedisBroker) Start(deliver func(Message) int) {
 	b.start.Do(func() {
+		if b.hist != nil && b.limits != nil && b.told != nil {
+			b.streams.Store(newStreams(b.hist, b.limits, b.told, b.log, deliver))
+		}
 		b.deliver.Store(&deliver)
 		b.started = true
 		if b.router != nil {
@@ -318,20 +332,35 @@ func (b *RedisBroker) Publish(_ context.Context, m Message) error {
 // this node, or (backlog full, broker closed) none is, so a request naming several channels
 // never half-succeeds.
 func (b *RedisBroker) PublishAll(_ context.Context, ms []Message) error {
+	if err := b.enqueue(ms, nil); err != nil {
+		return err
+	}
+	if d := b.deliver.Load(); d != nil {
+		for _, m := range ms {
+			if m.Recovery != nil && b.hist != nil {
+				continue // its frame gets the serial in Redis: delivered from the subscription
+			}
+			(*d)(m)
+		}
+	}
+	return nil
+}
+
+// enqueue reserves room for ms and queues them for the writer, all or none.
+func (b *RedisBroker) enqueue(ms []Message, ack *pubAck) error {
 	var size int64
 	for _, m := range ms {
 		size += cost(m)
 	}
 	n := int64(len(ms))
 	b.qmu.RLock()
+	defer b.qmu.RUnlock()
 	if b.closed {
-		b.qmu.RUnlock()
 		return ErrBrokerClosed
 	}
 	if b.backlog.Add(size) > b.maxBacklog || b.slots.Add(n) > queueSlots {
 		b.backlog.Add(-size)
 		b.slots.Add(-n)
-		b.qmu.RUnlock()
 		b.warn("publish refused: redis backlog full", ErrBacklog)
 		return ErrBacklog
 	}
@@ -340,16 +369,7 @@ func (b *RedisBroker) PublishAll(_ context.Context, ms []Message) error {
 		if b.cache != nil && m.Cacheable && KindOf(m.Channel).IsCache() {
 			b.pending.add(m.AppID, m.Channel, 1)
 		}
-		b.queue <- outbound{m: m, at: now} // never blocks: the slots are reserved
-	}
-	b.qmu.RUnlock()
-	if d := b.deliver.Load(); d != nil {
-		for _, m := range ms {
-			if m.Recovery != nil && b.hist != nil {
-				continue // its frame gets the serial in Redis: delivered from the subscription
-			}
-			(*d)(m)
-		}
+		b.queue <- outbound{m: m, at: now, ack: ack} // never blocks: the slots are reserved
 	}
 	return nil
 }
@@ -395,168 +415,4 @@ func (b *RedisBroker) warn(msg string, err error) {
 		return
 	}
 	b.log.Warn(msg, "error", err, "node", b.node)
-}
-
-// write is the only sender to Redis: batches keep the publish order of this node.
-func (b *RedisBroker) write() {
-	defer close(b.wdone)
-	batch := make([]outbound, 0, publishBatch)
-	backoff := time.Duration(0)
-	open := true
-	for {
-		if len(batch) == 0 {
-			if !open {
-				return
-			}
-			o, ok := <-b.queue
-			if !ok {
-				return
-			}
-			b.slots.Add(-1)
-			batch = append(batch, o)
-		fill:
-			for len(batch) < publishBatch {
-				select {
-				case o, ok := <-b.queue:
-					if !ok {
-						open = false
-						break fill
-					}
-					b.slots.Add(-1)
-					batch = append(batch, o)
-				default:
-					break fill
-				}
-			}
-		}
-		batch = b.dropExpired(batch)
-		if len(batch) == 0 {
-			continue
-		}
-		if err := b.send(batch); err != nil {
-			if !b.pubDown.Swap(true) {
-				b.log.Warn("redis publish failed; queued for retry, delivered on this node", "error", err, "node", b.node, "queued", len(batch))
-			}
-			backoff = min(max(backoff*2, 50*time.Millisecond), time.Second)
-			select {
-			case <-b.drain.Done():
-				b.dropped.Add(int64(len(batch) + len(b.queue)))
-				return
-			case <-time.After(backoff):
-			}
-			b.awaitSubs()
-			continue
-		}
-		if b.pubDown.Swap(false) {
-			b.log.Info("redis publish restored; backlog sent", "node", b.node)
-		}
-		backoff = 0
-		for _, o := range batch {
-			b.backlog.Add(-cost(o.m))
-			if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
-				b.pending.add(o.m.AppID, o.m.Channel, -1)
-			}
-		}
-		clear(batch)
-		batch = batch[:0]
-	}
-}
-
-// Bounds of the writer's wait for the subscriptions after a failed publish.
-const (
-	resendWait  = 3 * time.Second
-	resendGrace = 250 * time.Millisecond
-)
-
-// awaitSubs holds a retried batch until this node's subscription connections are live again
-// (bounded by resendWait): after a failover every node re-makes its subscriptions on the new
-// master, and a backlog sent before they are there is delivered to nobody. When it had to
-// wait it gives the other nodes resendGrace more, as they heard of the change at about the
-// same moment.
-func (b *RedisBroker) awaitSubs() {
-	if b.subsUp() {
-		return
-	}
-	deadline := time.Now().Add(resendWait)
-	for !b.subsUp() && time.Now().Before(deadline) {
-		select {
-		case <-b.drain.Done():
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	select {
-	case <-b.drain.Done():
-	case <-time.After(resendGrace):
-	}
-}
-
-// dropExpired drops queued envelopes older than MaxAge: after a long outage a stale event
-// is worse than a missing one.
-func (b *RedisBroker) dropExpired(batch []outbound) []outbound {
-	cut := time.Now().Add(-b.maxAge)
-	n := 0
-	for n < len(batch) && batch[n].at.Before(cut) {
-		m := batch[n].m
-		b.backlog.Add(-cost(m))
-		if b.cache != nil && m.Cacheable && KindOf(m.Channel).IsCache() {
-			b.pending.add(m.AppID, m.Channel, -1)
-		}
-		n++
-	}
-	if n > 0 {
-		b.dropped.Add(int64(n))
-		b.log.Warn("dropped publishes that waited too long for redis", "count", n, "max_age", b.maxAge.String(), "node", b.node)
-	}
-	return batch[n:]
-}
-
-// send writes one batch in one pipeline: each cache channel's SET, then its PUBLISH.
-func (b *RedisBroker) send(batch []outbound) error {
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
-	pipe := b.rc.Pipeline()
-	var scripts []*redis.Cmd
-	for i := range batch {
-		o := &batch[i]
-		serialled := o.m.Recovery != nil && b.hist != nil
-		if o.env == nil {
-			b.seq++
-			o.seq = b.seq
-			if serialled {
-				head := o.m
-				head.Frame = nil
-				o.env = encodeEnvelope(b.node, o.seq, head)
-			} else {
-				o.env = encodeEnvelope(b.node, o.seq, o.m)
-			}
-		}
-		if b.cache != nil && o.m.Cacheable && KindOf(o.m.Channel).IsCache() {
-			b.cache.set(ctx, pipe, o.m.AppID, o.m.Channel, o.m.Frame)
-		}
-		to := b.channel
-		if b.router != nil {
-			to = b.keys.Topic(o.m.AppID, o.m.Channel)
-		}
-		switch {
-		case serialled:
-			scripts = append(scripts, b.hist.AppendCmd(ctx, pipe, o.m.AppID, o.m.Channel, *o.m.Recovery, o.m.Except, o.m.Frame, to, o.env, b.node, o.seq))
-		case b.rc.Sharded():
-			pipe.SPublish(ctx, to, o.env)
-		default:
-			pipe.Publish(ctx, to, o.env)
-		}
-	}
-	_, err := pipe.Exec(ctx)
-	for _, c := range scripts {
-		if IsNoScript(c.Err()) {
-			// This Redis lost its script cache (a restart, a failover): load the scripts; the
-			// writer retries the batch, and the scripts skip what already ran (node, seq).
-			if lerr := LoadScripts(ctx, b.rc); lerr != nil {
-				b.warn("loading the history scripts failed", lerr)
-			}
-			break
-		}
-	}
-	return err
 }

@@ -13,41 +13,66 @@ import (
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
-	cases := []Message{
-		{AppID: "app", Channel: "news", Frame: []byte("\x81\x03abc")},
-		{AppID: "", Channel: "", Frame: nil, Cacheable: true},
-		{AppID: "a:b\x00c", Channel: "private-x", Except: "1.2", Frame: []byte(strings.Repeat("\xff", 70000))},
-		{AppID: "app", Channel: "c", Frame: []byte("f"), Cacheable: true, Recovery: &HistoryLimits{Size: 5}},
+	cases := []envelope{
+		{node: "n1", m: Message{AppID: "app", Channel: "news", Frame: []byte("\x81\x03abc")}},
+		{node: "n1", echo: true, m: Message{AppID: "", Channel: "", Frame: nil, Cacheable: true}},
+		{node: "", m: Message{AppID: "a:b\x00c", Channel: "private-x", Except: "1.2", Frame: []byte(strings.Repeat("\xff", 70000))}},
+		{node: "n1", echo: true, epoch: "e-1", m: Message{AppID: "app", Channel: "c", Frame: []byte("f"), Cacheable: true, Recovery: &HistoryLimits{Size: 5}}},
+		{node: "n1", echo: true, epoch: "", m: Message{AppID: "app", Channel: "c", Frame: []byte("rg3"), Recovery: &HistoryLimits{Size: 5}}},
 	}
-	for i, m := range cases {
-		node, seq, got, ok := decodeEnvelope(encodeEnvelope("n1", uint64(i)*1e12, m))
-		if !ok || node != "n1" || seq != uint64(i)*1e12 || got.AppID != m.AppID || got.Channel != m.Channel || got.Except != m.Except ||
-			string(got.Frame) != string(m.Frame) || got.Cacheable != m.Cacheable || (got.Recovery != nil) != (m.Recovery != nil) {
-			t.Fatalf("round trip of %+v: %v %q %d %+v", m, ok, node, seq, got)
+	for i, e := range cases {
+		e.seq = uint64(i) * 1e12
+		got, ok := decodeEnvelope(encodeEnvelope(e))
+		if !ok || !sameEnvelope(got, e) {
+			t.Fatalf("round trip of %+v: %v %+v", e, ok, got)
 		}
 	}
 }
 
+func sameEnvelope(a, b envelope) bool {
+	return a.node == b.node && a.seq == b.seq && a.echo == b.echo && a.epoch == b.epoch && a.m.AppID == b.m.AppID &&
+		a.m.Channel == b.m.Channel && a.m.Except == b.m.Except && string(a.m.Frame) == string(b.m.Frame) &&
+		a.m.Cacheable == b.m.Cacheable && (a.m.Recovery != nil) == (b.m.Recovery != nil)
+}
+
+// The history script completes a recovery envelope's prefix with the epoch's length byte,
+// the epoch and the frame (internal/redisx/lua/channels_history_append.lua).
+func TestEnvelopePrefixAsTheScriptCompletesIt(t *testing.T) {
+	e := envelope{node: "n1", seq: 9, echo: true, m: Message{AppID: "app", Channel: "c", Except: "1.1", Recovery: &HistoryLimits{}}}
+	p := envelopePrefix(e, 0)
+	p = append(p, byte(len("ep")))
+	p = append(p, "ep"...)
+	p = append(p, "\x81\x02{}"...)
+	got, ok := decodeEnvelope(p)
+	e.epoch, e.m.Frame = "ep", []byte("\x81\x02{}")
+	if !ok || !sameEnvelope(got, e) {
+		t.Fatalf("decoded %+v, %v", got, ok)
+	}
+}
+
 func TestEnvelopeRejectsGarbage(t *testing.T) {
-	good := encodeEnvelope("n1", 7, Message{AppID: "app", Channel: "c", Frame: []byte("f")})
+	good := encodeEnvelope(envelope{node: "n1", seq: 7, m: Message{AppID: "app", Channel: "c", Frame: []byte("f")}})
 	for _, p := range [][]byte{nil, []byte("rg"), []byte("rg2"), []byte("xx2abc"), good[:6], []byte("rg1\x00\x01\x01n"),
-		[]byte("rg2\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), []byte("rg2\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")} {
-		if _, _, _, ok := decodeEnvelope(p); ok {
+		[]byte("rg2\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), []byte("rg2\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"),
+		[]byte("rg3\x02\x01\x00\x00\x00\x00\x05ab"), // the epoch longer than the rest
+		[]byte("rg3\x00\x01\x00\x00\x00\x00\x00f"),  // rg3 without the serialled flag
+		[]byte("rg2\x02\x01\x00\x00\x00\x00f")} {    // serialled without rg3
+		if _, ok := decodeEnvelope(p); ok {
 			t.Fatalf("accepted %q", p)
 		}
 	}
 }
 
 func FuzzDecodeEnvelope(f *testing.F) {
-	f.Add(encodeEnvelope("n", 1, Message{AppID: "a", Channel: "c", Except: "1.1", Frame: []byte("x"), Cacheable: true}))
+	f.Add(encodeEnvelope(envelope{node: "n", seq: 1, m: Message{AppID: "a", Channel: "c", Except: "1.1", Frame: []byte("x"), Cacheable: true}}))
+	f.Add(encodeEnvelope(envelope{node: "n", seq: 2, echo: true, epoch: "e", m: Message{AppID: "a", Channel: "c", Frame: []byte("x"), Recovery: &HistoryLimits{}}}))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		node, seq, m, ok := decodeEnvelope(p)
+		e, ok := decodeEnvelope(p)
 		if !ok {
 			return
 		}
-		node2, seq2, m2, ok := decodeEnvelope(encodeEnvelope(node, seq, m))
-		if !ok || node2 != node || seq2 != seq || m2.AppID != m.AppID || m2.Channel != m.Channel || m2.Except != m.Except ||
-			string(m2.Frame) != string(m.Frame) || m2.Cacheable != m.Cacheable || (m2.Recovery != nil) != (m.Recovery != nil) {
+		e2, ok := decodeEnvelope(encodeEnvelope(e))
+		if !ok || !sameEnvelope(e, e2) {
 			t.Fatalf("re-encoding %q changed it", p)
 		}
 	})

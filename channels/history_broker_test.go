@@ -30,9 +30,6 @@ func historyNodes(t *testing.T, rdb redis.UniversalClient, n int, routing channe
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = b.Close() })
-		if !b.AssignsSerials() {
-			t.Fatal("a broker with a History does not assign serials")
-		}
 		regs[i] = channels.NewRegistry(channels.Options{Broker: b})
 		b.Start(regs[i].DeliverLocal)
 		select {
@@ -119,7 +116,7 @@ func TestHistoryAppendSkipsARetriedPublish(t *testing.T) {
 				want uint64
 			}{{"n1", 1, 1}, {"n1", 1, 0}, {"n2", 1, 2}, {"n1", 2, 3}, {"n1", 2, 0}, {"n1", 1, 0}, {"n2", 5, 4}}
 			for _, s := range steps {
-				n, _, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", in, "", nil, s.node, s.seq))
+				n, _, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", in, "", nil, s.node, s.seq, channels.Position{}))
 				if err != nil || n != s.want {
 					t.Fatalf("append %s/%d: serial %d, want %d (%v)", s.node, s.seq, n, s.want, err)
 				}

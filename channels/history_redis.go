@@ -15,6 +15,7 @@ import (
 var (
 	historyAppendScript = redisx.Script("channels_history_append")
 	historySinceScript  = redisx.Script("channels_history_since")
+	historyRotateScript = redisx.Script("channels_history_rotate")
 )
 
 // RedisHistory is the cluster History: each channel's serial, epoch and history list live
@@ -37,6 +38,17 @@ func NewRedisHistory(rdb redis.UniversalClient, keys *KeySpace) *RedisHistory {
 	return &RedisHistory{rdb: rdb, keys: keys, sharded: IsCluster(rdb), base: NewEpoch()}
 }
 
+// scripter is where the history's scripts run: on a node's Redis layer its pub/sub plane,
+// the master the broker's writer appends to (on Sentinel the watcher's, which a read through
+// go-redis's failover client may not be during a switch: it would read the demoted master
+// and replay too little).
+func (h *RedisHistory) scripter() redis.Scripter {
+	if rc, ok := h.rdb.(*redisx.Client); ok {
+		return rc.Plane()
+	}
+	return h.rdb
+}
+
 // epochCandidate is the epoch a script takes when the channel has none: unique per call, so
 // a channel whose keys vanished never gets an epoch a client already holds.
 func (h *RedisHistory) epochCandidate() string {
@@ -48,9 +60,12 @@ func (h *RedisHistory) epochCandidate() string {
 // Cluster) envPrefix followed by the new frame to topic: the broker writer's hook, one
 // round trip per publish as before. node and seq (node "" = none) make a retry of a batch
 // that did reach Redis a no-op: the script remembers each node's last sequence number per
-// channel (for the TTL) and answers serial 0 to a number it has seen. Read the result with
-// HistoryAppended.
-func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte, node string, seq uint64) *redis.Cmd {
+// channel (for the TTL) and answers serial 0 to a number it has seen. known is the highest
+// position the caller saw Redis give the channel (zero = none): when Redis now holds that
+// epoch with a lower serial, it lost appends it had answered (a failover to a replica that
+// lacked them, keys restored from a backup) and the script starts a new epoch rather than
+// give a serial a second event. Read the result with HistoryAppended.
+func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte, node string, seq uint64, known Position) *redis.Cmd {
 	payload := framePayload(frame)
 	if len(payload) > 0 {
 		payload = payload[:len(payload)-1] // the script appends ,"serial":N}
@@ -61,7 +76,8 @@ func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, 
 		sharded = "1"
 	}
 	return pipe.EvalSha(ctx, historyAppendScript.Hash(), []string{serial, epoch, list, nodes},
-		max(lim.Size, 1), max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), except, payload, topic, sharded, envPrefix, node, seq)
+		max(lim.Size, 1), max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), except, payload, topic, sharded, envPrefix, node, seq,
+		known.Epoch, known.Serial)
 }
 
 // LoadScripts loads the history scripts into rdb (every master on Cluster): AppendCmd
@@ -79,16 +95,24 @@ func IsNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 
 // HistoryAppended reads an AppendCmd's result: the serial and the new frame.
 func HistoryAppended(cmd *redis.Cmd) (uint64, []byte, error) {
+	pos, f, err := HistoryAppendedAt(cmd)
+	return pos.Serial, f, err
+}
+
+// HistoryAppendedAt reads an AppendCmd's result: the position it gave (serial 0: a retry
+// that had already run) and the new frame.
+func HistoryAppendedAt(cmd *redis.Cmd) (Position, []byte, error) {
 	res, err := cmd.Slice()
 	if err != nil {
-		return 0, nil, err
+		return Position{}, nil, err
 	}
 	if len(res) != 3 {
-		return 0, nil, errors.New("history: unexpected script reply")
+		return Position{}, nil, errors.New("history: unexpected script reply")
 	}
 	n, _ := res[0].(int64)
 	f, _ := res[1].(string)
-	return uint64(n), []byte(f), nil
+	e, _ := res[2].(string)
+	return Position{Epoch: e, Serial: uint64(n)}, []byte(f), nil
 }
 
 // Append implements History (without a publish: the broker's writer uses AppendCmd).
@@ -97,18 +121,26 @@ func (h *RedisHistory) Append(ctx context.Context, app, ch string, lim HistoryLi
 	if framePayload(frame) == nil {
 		return 0, nil, errors.New("history: not a server frame")
 	}
-	cmd := h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0)
+	cmd := h.AppendCmd(ctx, h.scripter(), app, ch, lim, except, frame, "", nil, "", 0, Position{})
 	if IsNoScript(cmd.Err()) {
 		if err := LoadScripts(ctx, h.rdb); err != nil {
 			return 0, nil, err
 		}
-		cmd = h.AppendCmd(ctx, h.rdb, app, ch, lim, except, frame, "", nil, "", 0)
+		cmd = h.AppendCmd(ctx, h.scripter(), app, ch, lim, except, frame, "", nil, "", 0, Position{})
 	}
 	n, f, err := HistoryAppended(cmd)
 	if err == nil && deliver != nil {
 		deliver(n, f)
 	}
 	return n, f, err
+}
+
+// Rotate gives the channel a new epoch if it still has epoch (which gave a serial to a
+// second event), dropping its history; it returns the channel's epoch afterwards.
+func (h *RedisHistory) Rotate(ctx context.Context, app, ch string, lim HistoryLimits, epoch string) (string, error) {
+	serial, epochKey, list, nodes := h.keys.HistoryKeys(app, ch)
+	return historyRotateScript.Run(ctx, h.scripter(), []string{serial, epochKey, list, nodes},
+		epoch, h.epochCandidate(), max(int(lim.TTL.Seconds()), 1)).Text()
 }
 
 // Position implements History.
@@ -127,7 +159,7 @@ func (h *RedisHistory) Since(ctx context.Context, app, ch string, lim HistoryLim
 
 func (h *RedisHistory) since(ctx context.Context, app, ch string, lim HistoryLimits, after int64) (Position, []HistoryEvent, bool, error) {
 	serialKey, epochKey, list, _ := h.keys.HistoryKeys(app, ch)
-	res, err := historySinceScript.Run(ctx, h.rdb, []string{serialKey, epochKey, list},
+	res, err := historySinceScript.Run(ctx, h.scripter(), []string{serialKey, epochKey, list},
 		max(int(lim.TTL.Seconds()), 1), h.epochCandidate(), after).Slice()
 	if err != nil {
 		return Position{}, nil, false, err

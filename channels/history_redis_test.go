@@ -59,18 +59,23 @@ func TestRedisHistoryAppendPublishes(t *testing.T) {
 			}
 			in := ws.TextFrame([]byte(`{"event":"e","channel":"c","data":"1"}`))
 			lim := channels.HistoryLimits{Size: 10, TTL: time.Minute}
-			n, f, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", in, topic, []byte("ENV"), "", 0))
+			n, f, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", in, topic, []byte("ENV"), "", 0, channels.Position{}))
 			if err != nil || n != 1 || !bytes.Equal(f, channels.AppendSerial(in, 1)) {
 				t.Fatalf("append: %d %q %v", n, f, err)
 			}
+			pos, err := h.Position(ctx, "app", "c", lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The envelope's tail: the epoch's length byte, the epoch, the frame.
 			msg, err := sub.ReceiveMessage(ctx)
-			if err != nil || msg.Payload != "ENV"+string(f) {
+			if err != nil || msg.Payload != "ENV"+string(rune(len(pos.Epoch)))+pos.Epoch+string(f) {
 				t.Fatalf("published %q, %v", msg.Payload, err)
 			}
 			// Lua frames the 4- and 10-byte headers like ws.TextFrame.
 			for i, size := range []int{200, 70000} {
 				big := ws.TextFrame([]byte(`{"event":"e","data":"` + string(bytes.Repeat([]byte("x"), size)) + `"}`))
-				n, f, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", big, "", nil, "", 0))
+				n, f, err := channels.HistoryAppended(h.AppendCmd(ctx, rdb, "app", "c", lim, "", big, "", nil, "", 0, channels.Position{}))
 				if err != nil || n != uint64(2+i) || !bytes.Equal(f, channels.AppendSerial(big, n)) {
 					t.Fatalf("append %d bytes: serial %d, frame equal %v, %v", size, n, bytes.Equal(f, channels.AppendSerial(big, n)), err)
 				}

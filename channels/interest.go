@@ -160,6 +160,9 @@ func (b *RedisBroker) Want(app, ch string) {
 
 // Unwant implements Router.
 func (b *RedisBroker) Unwant(app, ch string) {
+	if st := b.streams.Load(); st != nil {
+		st.drop(app, ch)
+	}
 	r := b.router
 	if r == nil {
 		return
@@ -219,6 +222,16 @@ func (b *RedisBroker) WhenRouted(app, ch string, fn func(bool)) {
 		r.mu.Unlock()
 		run(true)
 	})
+}
+
+// RouteInEffect reports whether publishes of the channel made on any node now reach this
+// node: its subscription to the channel's topic is confirmed (interest routing), or the
+// one cluster subscription is live (broadcast routing).
+func (b *RedisBroker) RouteInEffect(app, ch string) bool {
+	if b.router == nil {
+		return b.home == nil || b.home.Up()
+	}
+	return b.Routed(app, ch)
 }
 
 // Routed reports whether the node's subscription to the channel is confirmed (tests).

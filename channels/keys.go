@@ -34,6 +34,9 @@ type KeySpace struct {
 	buckets [KeyBuckets]string // bucket prefixes "{reverbgo:<channel>:<n>}:" (spread only)
 }
 
+// Channel is the cluster's scaling.channel (the broadcast pub/sub channel).
+func (k *KeySpace) Channel() string { return k.channel }
+
 // NewKeySpace names the keys of the cluster whose scaling.channel is channel; spread selects
 // the spread layout (interest routing), otherwise every name is the legacy one.
 func NewKeySpace(channel string, spread bool) *KeySpace {

@@ -268,6 +268,23 @@ func (r *Registry) AwaitRouted(ctx context.Context, app, name string) error {
 	}
 }
 
+// SubscribeRouted waits (bounded by ctx) until publishes of the channel made on any node
+// reach this node and reports whether they do: false when the route was not in effect in
+// time (Redis stalled or unreachable), which a subscriber that must not miss an event (a
+// recovery channel's) is refused for. Without a routing broker it is true at once.
+func (r *Registry) SubscribeRouted(ctx context.Context, app, name string) bool {
+	if r.router == nil {
+		return true
+	}
+	if r.AwaitRouted(ctx, app, name) != nil {
+		return false
+	}
+	if re, ok := r.broker.(interface{ RouteInEffect(string, string) bool }); ok {
+		return re.RouteInEffect(app, name)
+	}
+	return true
+}
+
 // IsSubscribed reports whether socketID is subscribed locally to the channel.
 func (r *Registry) IsSubscribed(app, name, socketID string) bool {
 	s := r.shardOf(app, name)
@@ -300,6 +317,26 @@ func (r *Registry) PublishAll(ctx context.Context, ms []Message) error {
 		}
 	}
 	return nil
+}
+
+// PublishAcked publishes ms all or nothing and returns once the cluster has them: with an
+// AckBroker, once Redis accepted every one (every node, this one too, then delivers them
+// in Redis's order); with the others, once delivered (the memory broker delivers at once).
+func (r *Registry) PublishAcked(ctx context.Context, ms []Message) error {
+	if ab, ok := r.broker.(AckBroker); ok {
+		return ab.PublishAcked(ctx, ms)
+	}
+	return r.PublishAll(ctx, ms)
+}
+
+// SeedPosition tells a broker that puts recovery events in serial order (RedisBroker) the
+// position a recovery channel's subscriber was answered with.
+func (r *Registry) SeedPosition(app, name string, pos Position) {
+	if ps, ok := r.broker.(interface {
+		SeedPosition(string, string, Position)
+	}); ok {
+		ps.SeedPosition(app, name, pos)
+	}
 }
 
 // PublishNoWait delivers m on this node at once and hands it to the other nodes without

@@ -158,6 +158,10 @@ type Scaling struct {
 	// long. It is renewed every quarter of it while a batch is in flight, so it must be
 	// longer than every webhook's timeout plus that renewal interval.
 	WebhookLease int `mapstructure:"webhook_lease"`
+	// PublishTimeout is how many seconds an HTTP API publish waits for Redis to accept its
+	// events (serial given, published) before it is answered 503 with Retry-After (default
+	// 2): a 200 means every event of the request is in Redis.
+	PublishTimeout float64 `mapstructure:"publish_timeout"`
 }
 
 // Routings scaling.routing accepts.

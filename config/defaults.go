@@ -21,6 +21,7 @@ const (
 	DefaultScalingChannel       = "reverb"
 	DefaultNodeTimeout          = 10
 	DefaultWebhookLease         = 15  // seconds
+	DefaultPublishTimeout       = 2.0 // seconds
 	DefaultWebhookTimeout       = 10  // seconds
 	DefaultWebhookRetryFor      = 300 // seconds: Pusher's 5 minutes
 	DefaultLogFormat            = "json"
@@ -78,6 +79,9 @@ func (c *Config) ApplyDefaults() {
 		c.Scaling.Routing = RoutingInterest
 	}
 	setInt(&c.Scaling.WebhookLease, DefaultWebhookLease)
+	if c.Scaling.PublishTimeout == 0 {
+		c.Scaling.PublishTimeout = DefaultPublishTimeout
+	}
 	for i := range c.Apps {
 		c.Apps[i].applyDefaults()
 	}

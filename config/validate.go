@@ -245,6 +245,9 @@ func (c *Config) validateScaling(v *validator) {
 	if sc.NodeTimeout < 2 || sc.NodeTimeout > 3600 {
 		v.add("scaling.node_timeout", "must be between 2 and 3600 seconds, got %d", sc.NodeTimeout)
 	}
+	if sc.PublishTimeout < 0.05 || sc.PublishTimeout > 60 {
+		v.add("scaling.publish_timeout", "must be between 0.05 and 60 seconds, got %g", sc.PublishTimeout)
+	}
 }
 
 // checkAddrs requires a non-empty list of host:port addresses.

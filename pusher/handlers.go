@@ -236,12 +236,9 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resum
 	to, rsub, rec := c.recoverySubscriber(name, resume) // recovery.go
 	count, added := c.srv.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, sub)
-	if rec != nil && c.srv.remote {
-		// The position is read once this node's Redis subscription to the channel is
-		// confirmed (on the task goroutine): every later serial then reaches it live.
-		ctx, cancel := context.WithTimeout(t.ctx, cacheReplayTimeout)
-		_ = c.srv.reg.AwaitRouted(ctx, cfg.ID, name)
-		cancel()
+	if rec != nil && c.srv.remote && !c.recoveryRouted(t, name) {
+		c.refuseSubscribe(name, b)
+		return
 	}
 	frames := c.answerFrames(t, name, "{}", rec, rsub, resume)
 	if session != nil {
@@ -316,6 +313,11 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member, resum
 	count, added := s.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)
+	if rec != nil && !c.recoveryRouted(t, name) {
+		c.refuseSubscribe(name, b)
+		c.leaveRefused(t, name, m)
+		return
+	}
 	_ = s.reg.AwaitRouted(ctx, cfg.ID, name) // member_added of later joiners reaches this node
 	// The member list is read after Subscribe: a concurrent join is then in the list or
 	// arrives as member_added after subscription_succeeded (at worst both; clients treat a

@@ -138,50 +138,35 @@ func (s *Server) recoveryOf(appID, ch string) *config.Recovery {
 	return &a.cfg().Recovery
 }
 
-// publishRecovered publishes the messages of one API request. With scaling, those for
-// recovery channels are marked and the broker's writer gives each its serial where it
-// enters Redis, atomically with its publish (one round trip; the request stays all or
-// nothing). On one node they get their serial from the History, which keeps them and
-// delivers each under the channel's serial order; the rest go to the broker as before.
+// publishRecovered publishes the messages of one API request, those for recovery channels
+// marked with their history's bounds: the broker gives each its serial where it enters the
+// channel's order (the Redis script with scaling, the memory broker's History on one node),
+// in one publish that stays all or nothing.
 func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) error {
-	plain := ms[:0:0]
-	for _, m := range ms {
-		if m.Cacheable && s.recoveryOf(m.AppID, m.Channel) == nil {
-			plain = append(plain, m)
+	for i := range ms {
+		if ms[i].Cacheable && s.recoveryOf(ms[i].AppID, ms[i].Channel) != nil {
+			ms[i].Recovery = &s.appByID(ms[i].AppID).hist
 		}
 	}
-	if len(plain) == len(ms) {
-		return s.reg.PublishAll(ctx, ms)
+	return s.publishAcked(ctx, ms)
+}
+
+// RecoveryLimits is the history bounds of ch when its app enables recovery for it: the
+// cluster broker reads a channel's gaps from the history with them (channels.RedisBroker.
+// SetRecovery).
+func (s *Server) RecoveryLimits(appID, ch string) (channels.HistoryLimits, bool) {
+	r := s.recoveryOf(appID, ch)
+	if r == nil {
+		return channels.HistoryLimits{}, false
 	}
-	if s.brokerSerials {
-		for i := range ms {
-			if ms[i].Cacheable && s.recoveryOf(ms[i].AppID, ms[i].Channel) != nil {
-				ms[i].Recovery = &s.appByID(ms[i].AppID).hist
-			}
-		}
-		return s.reg.PublishAll(ctx, ms)
-	}
-	for _, m := range ms {
-		r := s.recoveryOf(m.AppID, m.Channel)
-		if r == nil || !m.Cacheable {
-			if err := s.reg.Publish(ctx, m); err != nil {
-				return err
-			}
-			continue
-		}
-		var perr error
-		_, _, err := s.history.Append(ctx, m.AppID, m.Channel, historyLimits(r), m.Except, m.Frame, func(_ uint64, frame []byte) {
-			m.Frame = frame
-			perr = s.reg.Publish(ctx, m) // MemoryBroker: delivered in serial order
-		})
-		if err != nil {
-			return err
-		}
-		if perr != nil {
-			return perr
-		}
-	}
-	return nil
+	return historyLimits(r), true
+}
+
+// ToldGap tells this node's subscribers of a recovery channel that the events before
+// (epoch, serial) could not all be delivered (reason epoch_changed or too_old): a live
+// pusher:resume_failed, followed by the events after serial.
+func (s *Server) ToldGap(appID, ch, reason, epoch string, serial uint64) {
+	s.reg.DeliverLocal(channels.Message{AppID: appID, Channel: ch, Frame: resumeFailedFrame(ch, reason, channels.Position{Epoch: epoch, Serial: serial})})
 }
 
 // recoverySub is a recovery channel's subscriber: it drops live frames with a serial at
@@ -220,16 +205,25 @@ func (r *recoverySub) Send(frame []byte) {
 	r.pass(frame)
 }
 
-// pass sends frame unless its serial is at or below pos (mu held).
+// pass sends frame unless its serial is at or below pos (mu held). A live resume_failed
+// (the node told a gap or a new epoch) opens the filter: the serials that follow it are
+// counted from the position it names, not from pos.
 func (r *recoverySub) pass(frame []byte) {
 	s := channels.SerialOf(frame)
 	if s != 0 && s <= r.pos {
 		return
 	}
-	if s > r.pos {
+	if s > r.pos || (s == 0 && isResumeFailed(frame)) {
 		r.open.Store(true)
 	}
 	r.c.Send(frame)
+}
+
+// isResumeFailed reports whether frame is a pusher:resume_failed (ToldGap's frame).
+func isResumeFailed(frame []byte) bool {
+	const ev = `{"event":"pusher:resume_failed"`
+	i := bytes.IndexByte(frame, '{')
+	return i >= 0 && bytes.HasPrefix(frame[i:], []byte(ev))
 }
 
 // position sets the answered position and sends what was held behind it.
@@ -255,8 +249,18 @@ func positionFrame(name, data string, pos channels.Position) []byte {
 	return ws.TextFrameInPlace(append(buf, '}'))
 }
 
-func resumeFailedFrame(name, reason string) []byte {
-	return EventFrame("pusher:resume_failed", name, `{"reason":"`+reason+`"}`)
+// resumeFailedFrame is pusher:resume_failed with the position the events that follow it
+// start after: data {"reason","epoch","serial"}.
+func resumeFailedFrame(name, reason string, pos channels.Position) []byte {
+	data := make([]byte, 0, 48+len(reason)+len(pos.Epoch))
+	data = append(data, `{"reason":`...)
+	data = appendJSONString(data, reason)
+	data = append(data, `,"epoch":`...)
+	data = appendJSONString(data, pos.Epoch)
+	data = append(data, `,"serial":`...)
+	data = strconv.AppendUint(data, pos.Serial, 10)
+	data = append(data, '}')
+	return EventFrame("pusher:resume_failed", name, string(data))
 }
 
 // recoverySubscriber is who the registry delivers (app, name) to for c: c itself, or on a
@@ -280,7 +284,7 @@ func (c *Conn) answerFrames(t onTask, name, data string, rec *config.Recovery, r
 	case rec != nil:
 		return c.recoveryFrames(t, name, data, rec, rs, res)
 	case res != nil:
-		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeNotEnabled)}
+		return [][]byte{subscribedFrame(name, data), EventFrame("pusher:resume_failed", name, `{"reason":"`+resumeNotEnabled+`"}`)}
 	}
 	return [][]byte{subscribedFrame(name, data)}
 }
@@ -290,25 +294,30 @@ func (c *Conn) answerFrames(t onTask, name, data string, rec *config.Recovery, r
 // or resume_failed. It sets sub's position, so later live frames follow without a gap.
 func (c *Conn) recoveryFrames(t onTask, name, data string, r *config.Recovery, sub *recoverySub, res *resumeRequest) [][]byte {
 	h, lim := c.srv.history, historyLimits(r)
+	app := c.app.cfg().ID
 	if res == nil {
-		pos, err := h.Position(t.ctx, c.app.cfg().ID, name, lim)
+		pos, err := h.Position(t.ctx, app, name, lim)
 		sub.position(pos.Serial)
 		if err != nil {
 			return [][]byte{subscribedFrame(name, data)}
 		}
+		c.srv.reg.SeedPosition(app, name, pos)
 		return [][]byte{positionFrame(name, data, pos)}
 	}
-	pos, evs, complete, err := h.Since(t.ctx, c.app.cfg().ID, name, lim, res.Serial)
+	pos, evs, complete, err := h.Since(t.ctx, app, name, lim, res.Serial)
 	sub.position(pos.Serial)
 	if err != nil {
-		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeEpochChanged)}
+		return [][]byte{subscribedFrame(name, data), resumeFailedFrame(name, resumeEpochChanged, pos)}
 	}
+	c.srv.reg.SeedPosition(app, name, pos)
 	frames := [][]byte{positionFrame(name, data, pos)}
 	switch {
-	case pos.Epoch != res.Epoch:
-		return append(frames, resumeFailedFrame(name, resumeEpochChanged))
+	case pos.Epoch != res.Epoch || res.Serial > pos.Serial:
+		// Another epoch, or a serial this epoch never gave: the client's events are not
+		// this history's (Redis lost appends it had answered, or was replaced).
+		return append(frames, resumeFailedFrame(name, resumeEpochChanged, pos))
 	case !complete:
-		return append(frames, resumeFailedFrame(name, resumeTooOld))
+		return append(frames, resumeFailedFrame(name, resumeTooOld, pos))
 	}
 	for _, ev := range evs {
 		if ev.Except != "" && (ev.Except == res.SocketID || ev.Except == c.socketID) {
@@ -356,4 +365,40 @@ func (c *Conn) enqueueOrBusy(fn func(onTask)) {
 		c.srv.tasksRefused.Add(1)
 		c.sendError(codeOverCapacity, "Server is busy, try again")
 	}
+}
+
+// recoveryRouteTimeout bounds how long a recovery channel's subscribe waits for this node's
+// route to the channel (its Redis subscription) to be in effect.
+const recoveryRouteTimeout = 2500 * time.Millisecond
+
+// recoveryRouted waits (on the task goroutine) until publishes of a recovery channel made on
+// any node reach this node, and reports whether they do: its position is read only then,
+// so every later serial reaches the socket live. False when the route was not in effect in
+// time (Redis stalled or unreachable): the subscribe is refused, never answered with a
+// position a stalled route cannot honour.
+func (c *Conn) recoveryRouted(t onTask, name string) bool {
+	ctx, cancel := context.WithTimeout(t.ctx, recoveryRouteTimeout)
+	defer cancel()
+	return c.srv.reg.SubscribeRouted(ctx, c.app.cfg().ID, name)
+}
+
+// refuseSubscribe undoes a subscription that was registered but is not answered (nothing
+// was announced for it yet) and tells the client to retry: pusher:error 4100, as a
+// presence join is refused while Redis is unavailable.
+func (c *Conn) refuseSubscribe(name string, b *ws.Barrier) {
+	c.subsMu.Lock()
+	c.subs.del(name)
+	c.subsMu.Unlock()
+	c.srv.reg.Unsubscribe(c.app.cfg().ID, name, c.socketID)
+	c.observeSub(name, false)
+	b.Release(errorFrame(codeOverCapacity, "Redis is unavailable, try again"))
+}
+
+// leaveRefused undoes a refused presence subscription's join (no member_added went out, so
+// no member_removed either).
+func (c *Conn) leaveRefused(t onTask, name string, m channels.Member) {
+	if _, err := c.srv.reg.Presence().Leave(t.ctx, c.app.cfg().ID, name, c.socketID, m.UserID); err != nil {
+		c.srv.log.Warn("a refused presence join could not be undone; presence repair removes it", "app", c.app.cfg().ID, "channel", name, "error", err)
+	}
+	c.unbindIfUnused(m.UserID)
 }

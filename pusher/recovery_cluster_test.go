@@ -35,14 +35,12 @@ func recoveryNodes(t *testing.T, be testutil.RedisBackend, n, size int, routing 
 		}
 		t.Cleanup(func() { _ = broker.Close() })
 		reg := channels.NewRegistry(channels.Options{Broker: broker})
-		broker.Start(reg.DeliverLocal)
-		<-broker.Dialled()
 		out[i] = newServer(t, withRecovery(size, "*"), withOptions(func(o *Options) {
 			o.Registry, o.History = reg, hist
 		}))
-		if !out[i].s.brokerSerials {
-			t.Fatal("the server does not hand serials to the broker")
-		}
+		broker.SetRecovery(out[i].s.RecoveryLimits, out[i].s.ToldGap) // as cmd/reverbgo wires it
+		broker.Start(reg.DeliverLocal)
+		<-broker.Dialled()
 	}
 	return out
 }

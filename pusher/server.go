@@ -108,9 +108,8 @@ type Server struct {
 	reconcile presenceReconcile // presence_reconcile.go
 	counts    subCounts         // Pusher's subscription counts (subcount.go)
 	history   channels.History  // recovery.go; nil when no app enables recovery
-	// brokerSerials: the broker gives recovery messages their serial as it publishes them
-	// (the cluster's writer, channels.SerialBroker); else the History does, then the broker.
-	brokerSerials bool
+	// publishTimeout bounds an HTTP API publish's wait for Redis (scaling.publish_timeout).
+	publishTimeout time.Duration
 }
 
 // NewServer builds a server over a validated config.
@@ -134,8 +133,15 @@ func NewServer(opts Options) *Server {
 	}
 	s.remote = s.reg.Remote()
 	s.history = newHistory(s.cfg, opts.History, s.remote)
-	if sb, ok := s.reg.Broker().(channels.SerialBroker); ok && s.history != nil {
-		s.brokerSerials = sb.AssignsSerials()
+	if mb, ok := s.reg.Broker().(*channels.MemoryBroker); ok && s.history != nil {
+		mb.SetHistory(s.history) // it gives recovery messages their serial (recovery.go)
+	}
+	if s.remote {
+		t := s.cfg.Scaling.PublishTimeout
+		if t <= 0 {
+			t = config.DefaultPublishTimeout
+		}
+		s.publishTimeout = time.Duration(t * float64(time.Second))
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -297,7 +303,19 @@ func (s *Server) publishAll(ctx context.Context, ms []channels.Message) error {
 	if s.history != nil {
 		return s.publishRecovered(ctx, ms)
 	}
-	return s.reg.PublishAll(ctx, ms)
+	return s.publishAcked(ctx, ms)
+}
+
+// publishAcked publishes the messages of one HTTP request and returns once the cluster has
+// them (with scaling: once Redis accepted every one, within scaling.publish_timeout; else
+// channels.ErrPublishTimeout, answered 503 with Retry-After).
+func (s *Server) publishAcked(ctx context.Context, ms []channels.Message) error {
+	if s.publishTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.publishTimeout)
+		defer cancel()
+	}
+	return s.reg.PublishAcked(ctx, ms)
 }
 
 // publishNoWait is publish for callers that must not wait on Redis: this node's subscribers

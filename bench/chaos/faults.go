@@ -367,6 +367,13 @@ func (s *chaos) finish(ctx context.Context) bool {
 	}
 	fmt.Fprintf(s.log, "RSS max %.1f -> %.1f MiB, goroutines max %.0f -> %.0f (row %d -> last): flat=%v\n", ref.rssMiB, last.rssMiB, ref.routines, last.routines,
 		min(len(s.rows)-1, max(1, len(s.rows)/3)), flat)
+	if s.o.recovery {
+		v := s.recoveryVerdict()
+		fmt.Fprintf(s.log, "recovery: %v\n", v)
+		if !v.ok() {
+			ok = false
+		}
+	}
 	if ok {
 		fmt.Fprintln(s.log, "verdict: PASS")
 	} else {

@@ -296,6 +296,7 @@ type fanSub struct {
 	checked time.Time // publishes before this were already accounted for
 	lost    int
 	dup     int
+	rec     *resumer // --recovery: resumes, judged over the whole run (resume.go)
 }
 
 type pub struct {
@@ -319,8 +320,18 @@ func (s *chaos) runFanSub(ctx context.Context, f *fanSub) {
 		s.t.gate.RLock()
 		c, err := dialNode(ctx, n)
 		if err == nil {
-			if err = c.subscribe(f.channel, ""); err != nil {
+			var extra map[string]any
+			if res := f.rec.resume(); res != nil {
+				extra = map[string]any{"resume": res}
+			}
+			var frames []frame
+			if frames, err = c.SubscribeWith(chaosApp, f.channel, "", extra); err != nil {
 				c.WS.Close()
+			}
+			for _, fr := range frames {
+				if err == nil && f.rec != nil && fr.Event == "pusher_internal:subscription_succeeded" {
+					f.rec.answered(fr, c.ID, extra != nil, time.Now())
+				}
 			}
 		}
 		if err != nil {
@@ -336,6 +347,9 @@ func (s *chaos) runFanSub(ctx context.Context, f *fanSub) {
 		f.mu.Unlock()
 		dead := make(chan struct{})
 		s.t.watch(c, func(fr frame) {
+			if f.rec != nil && !f.rec.take(fr, f.event, time.Now()) {
+				return // a serial already seen: the client drops it
+			}
 			if fr.Event != f.event {
 				return
 			}
@@ -408,6 +422,9 @@ func (s *chaos) publish(ctx context.Context, period time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if s.pubQuiet.Load() {
+			continue
 		}
 		for k := 0; k < s.o.fanChannels; k++ {
 			n := s.cl.pick()

@@ -60,6 +60,7 @@ type chaos struct {
 	bridge    bridgeStats
 	log       io.Writer
 	rows      []row
+	pubQuiet  atomic.Bool // --recovery: publishing stopped before the end, so every event is judged
 }
 
 func (s *chaos) logf(format string, args ...any) {
@@ -103,7 +104,7 @@ func run(args []string, out io.Writer) int {
 	fs.IntVar(&o.pages, "pages", 4, "Toolmark pages (reloading every 15-40 s), each with an agent calling once a second")
 	fs.DurationVar(&o.hang, "hang", 15*time.Second, "how long a hanging webhook receiver holds a POST")
 	fs.BoolVar(&o.rolling, "rolling", false, "instead of the soak: a rolling restart of the three nodes under load (bench/rolling.sh)")
-	fs.BoolVar(&o.recovery, "recovery", false, "rolling: nodes keep history (apps[].recovery) and clients resume")
+	fs.BoolVar(&o.recovery, "recovery", false, "nodes keep history (apps[].recovery) and clients resume; the soak judges every fan-out event of the run")
 	fs.IntVar(&o.clients, "clients", 1000, "rolling: subscribers")
 	fs.IntVar(&o.channels, "channels", 100, "rolling: private channels the subscribers spread over")
 	fs.IntVar(&o.rate, "rate", 500, "rolling: events/s published through the HTTP API")
@@ -166,6 +167,10 @@ func (s *chaos) run(parent context.Context) (bool, error) {
 		}
 		s.check(ctx, fault, targetName(fault, target), time.Since(began))
 	}
+	if o.recovery { // the last events are judged too: delivered before the subscribers close
+		s.pubQuiet.Store(true)
+		sleepCtx(ctx, 5*time.Second)
+	}
 	stop()
 	return s.finish(parent), nil
 }
@@ -191,6 +196,9 @@ func (s *chaos) startLoad(ctx context.Context) {
 	}
 	for i := range o.fanSubs {
 		f := &fanSub{channel: "fan-" + strconv.Itoa(i%o.fanChannels), event: "seq"}
+		if o.recovery {
+			f.rec = newResumer()
+		}
 		s.fans = append(s.fans, f)
 		go s.runFanSub(ctx, f)
 	}

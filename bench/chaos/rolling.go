@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -177,8 +178,21 @@ func (r *roller) take(f frame) {
 	defer r.mu.Unlock()
 	switch {
 	case f.Event == "pusher:resume_failed" && f.Channel == r.ch:
-		r.failed[f.Str()]++
+		// data {reason, epoch, serial}: the events that follow are those after (epoch,
+		// serial), after a resume or live; without a position, the subscription's answer.
+		var d struct {
+			Reason string  `json:"reason"`
+			Epoch  string  `json:"epoch"`
+			Serial *uint64 `json:"serial"`
+		}
+		if json.Unmarshal([]byte(f.Str()), &d) != nil || d.Reason == "" {
+			d.Reason = f.Str()
+		}
+		r.failed[d.Reason]++
 		r.epoch, r.serial = r.nextEpoch, r.next
+		if d.Epoch != "" && d.Serial != nil {
+			r.epoch, r.serial, r.have = d.Epoch, *d.Serial, true
+		}
 	case f.Event == "seq" && f.Channel == r.ch:
 		if f.Serial != nil {
 			if r.have && *f.Serial <= r.serial {

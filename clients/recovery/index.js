@@ -2,7 +2,14 @@
 // apps[].recovery (issue 23). It keeps, per channel, the epoch and last serial seen and the
 // socket id they were seen on; when pusher-js resubscribes after a reconnect it adds
 // data.resume = {epoch, serial, socket_id} to the pusher:subscribe, so the server replays
-// what was missed; and it drops any event frame whose serial was already seen.
+// what was missed; and it drops any event frame whose serial was already seen under the
+// channel's epoch.
+//
+// The epoch is what the server says it is: the "epoch" of subscription_succeeded, or the
+// data of pusher:resume_failed {reason, epoch, serial}, which the server sends after a
+// failed resume and also on a live socket when it cannot deliver every event in serial
+// order (a gap the history no longer has, or a new epoch). The events that follow it are
+// those after (epoch, serial): that pair becomes the channel's position.
 //
 // Where it hooks into pusher-js 8 (read from its source):
 //   - pusher.send_event(name, data, channel): Channel.subscribe/unsubscribe send through it;
@@ -13,9 +20,10 @@
 //     opens the socket): pusher.connection.connection.transport.socket.onmessage, wrapped
 //     each time the connection manager reports 'connected' (a new socket). 'connected' is
 //     emitted synchronously after the handshake frame, before any later frame is read.
-//   - pusher:resume_failed needs nothing: pusher-js emits any non-internal event of a
-//     channel on it, so channel.bind('pusher:resume_failed') / Echo's
-//     .listen('.pusher:resume_failed') get {reason}.
+//   - pusher:resume_failed reaches the app without help: pusher-js emits any non-internal
+//     event of a channel on it, so channel.bind('pusher:resume_failed') / Echo's
+//     .listen('.pusher:resume_failed') get {reason, epoch, serial}; the onResumeFailed
+//     option is one callback for every channel.
 
 const WRAPPED = Symbol.for('reverbgo.echo-recovery');
 
@@ -59,33 +67,38 @@ export class RecoveryState {
    * true otherwise (also for frames it cannot read: pusher-js reports those itself).
    */
   accept(text, socketId) {
-    if (typeof text !== 'string') return true;
-    const hasSerial = text.includes('"serial"');
-    if (!hasSerial && !text.includes('pusher:resume_failed')) return true;
+    return this.read(text, socketId).pass;
+  }
+
+  /**
+   * accept, also returning the data of a pusher:resume_failed frame ({reason, epoch,
+   * serial} as sent) in `failed`: {pass, channel, failed}.
+   */
+  read(text, socketId) {
+    const pass = { pass: true };
+    if (typeof text !== 'string') return pass;
+    if (!text.includes('"serial"') && !text.includes('pusher:resume_failed')) return pass;
     let msg;
     try {
       msg = JSON.parse(text);
     } catch {
-      return true;
+      return pass;
     }
-    if (!msg || typeof msg.channel !== 'string') return true;
+    if (!msg || typeof msg.channel !== 'string') return pass;
     const name = msg.channel;
     if (msg.event === 'pusher:resume_failed') {
-      // The missed events are not coming: continue from the answered position.
-      const st = this.channels.get(name);
-      if (st) {
-        st.serial = Math.max(st.serial, st.position);
-        st.resumed = false;
-      }
-      return true;
+      const failed = resumeFailedData(msg.data);
+      this.told(name, failed, socketId);
+      return { pass: true, channel: name, failed };
     }
-    if (!Number.isSafeInteger(msg.serial) || msg.serial < 0) return true;
+    if (!Number.isSafeInteger(msg.serial) || msg.serial < 0) return pass;
     const serial = msg.serial;
     if (msg.event === 'pusher_internal:subscription_succeeded') {
-      if (typeof msg.epoch !== 'string') return true;
+      if (typeof msg.epoch !== 'string') return pass;
       const st = this.channels.get(name);
       // Resuming within the same epoch: the events after st.serial follow this frame and
-      // move it on. Anything else starts at the answered position.
+      // move it on. Anything else starts at the answered position (a resume into another
+      // epoch is followed by resume_failed naming the position).
       const keep = st && st.resumed && st.epoch === msg.epoch && st.serial <= serial;
       this.channels.set(name, {
         epoch: msg.epoch,
@@ -94,32 +107,67 @@ export class RecoveryState {
         position: serial,
         resumed: false,
       });
-      return true;
+      return pass;
     }
-    if (typeof msg.event === 'string' && msg.event.startsWith('pusher')) return true;
+    if (typeof msg.event === 'string' && msg.event.startsWith('pusher')) return pass;
     const st = this.channels.get(name);
-    if (!st) return true; // not (yet) a recovery channel of ours
-    if (serial <= st.serial && !(serial === 1 && st.serial > 1)) return false; // seen: duplicate
-    // Serial 1 below the last seen one is the channel starting over: its history expired
-    // (history_ttl) while subscribed and the server numbers a new epoch from 1. The epoch is
-    // unknown until the next subscription_succeeded, so a resume from here gets
-    // epoch_changed (the app refetches) instead of a silent gap.
-    if (serial < st.serial) st.epoch = 'restarted';
+    if (!st) return pass; // not (yet) a recovery channel of ours
+    if (serial <= st.serial) return { pass: false }; // seen under this epoch: a duplicate
     st.serial = serial;
-    return true;
+    return pass;
+  }
+
+  /**
+   * Takes a pusher:resume_failed's data for channel: the events that follow are those
+   * after (data.epoch, data.serial), which becomes the channel's position. Without them
+   * (not_enabled, or an older server) the missed events are not coming: it continues from
+   * the position the subscription was answered with.
+   */
+  told(channel, data, socketId) {
+    const st = this.channels.get(channel);
+    if (data && typeof data.epoch === 'string' && data.epoch !== '' && Number.isSafeInteger(data.serial) && data.serial >= 0) {
+      this.channels.set(channel, {
+        epoch: data.epoch,
+        serial: data.serial,
+        socketId: (st && st.socketId) || socketId || '',
+        position: data.serial,
+        resumed: false,
+      });
+      return;
+    }
+    if (st) {
+      st.serial = Math.max(st.serial, st.position);
+      st.resumed = false;
+    }
+  }
+}
+
+/** The data of a resume_failed frame as an object ({} when it cannot be read). */
+function resumeFailedData(data) {
+  if (data && typeof data === 'object') return data;
+  if (typeof data !== 'string') return {};
+  try {
+    const v = JSON.parse(data);
+    return v && typeof v === 'object' ? v : {};
+  } catch {
+    return {};
   }
 }
 
 /**
- * enableRecovery(pusher) turns recovery on for a pusher-js 8 client (for Echo:
+ * enableRecovery(pusher, options) turns recovery on for a pusher-js 8 client (for Echo:
  * echo.connector.pusher). Call it right after creating the client; calling it again on the
- * same client returns the same handle. Returns {position(channel), disable()}.
+ * same client returns the same handle. options.onResumeFailed(channel, {reason, epoch,
+ * serial}) is called for every pusher:resume_failed, after the channel's position moved to
+ * (epoch, serial) and pusher-js emitted the event: the app refetches the channel's state.
+ * Returns {position(channel), disable()}.
  */
-export function enableRecovery(pusher) {
+export function enableRecovery(pusher, options = {}) {
   if (!pusher || !pusher.connection || typeof pusher.send_event !== 'function') {
     throw new TypeError('enableRecovery: expected a pusher-js client (for Echo: echo.connector.pusher)');
   }
   if (pusher[WRAPPED]) return pusher[WRAPPED];
+  const onResumeFailed = options && typeof options.onResumeFailed === 'function' ? options.onResumeFailed : undefined;
   const state = new RecoveryState();
   const ownSend = Object.prototype.hasOwnProperty.call(pusher, 'send_event') ? pusher.send_event : undefined;
   const send = pusher.send_event;
@@ -145,8 +193,20 @@ export function enableRecovery(pusher) {
     const socketId = pusher.connection.socket_id;
     socket[WRAPPED] = true;
     socket.onmessage = function filtered(event) {
-      if (enabled && event && !state.accept(event.data, socketId)) return undefined;
-      return onmessage.call(this, event);
+      if (!enabled || !event) return onmessage.call(this, event);
+      const seen = state.read(event.data, socketId);
+      if (!seen.pass) return undefined;
+      const ret = onmessage.call(this, event);
+      if (seen.failed && onResumeFailed) {
+        try {
+          onResumeFailed(seen.channel, seen.failed);
+        } catch (err) {
+          setTimeout(() => {
+            throw err;
+          });
+        }
+      }
+      return ret;
     };
   };
   pusher.connection.bind('connected', tap);

@@ -205,6 +205,9 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 		}
 		return out
 	})
+	// Recovery events reach this node's sockets in serial order: a gap is read from the
+	// history before later events, or told (channels/broker_streams.go).
+	c.broker.SetRecovery(srv.RecoveryLimits, srv.ToldGap)
 	c.broker.Start(reg.DeliverLocal)
 	// Redis trouble seen by the heartbeat (a rejoin, a gap) makes the server reconcile what
 	// its presence subscribers were told (pusher/presence_reconcile.go).

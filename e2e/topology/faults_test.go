@@ -46,20 +46,7 @@ var scenarios = []scenario{
 // its own, since every scenario breaks the one it runs on. Run one with
 // -run 'TestNothingLostWhenRedisChangesShape/sentinel-failover'.
 func TestNothingLostWhenRedisChangesShape(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the fault scenarios take about 40 s each")
-	}
-	sentinel := testenv.SentinelTopology(t) != nil
-	cluster := testenv.ClusterReplicasAddrs(t) != nil
-	if !sentinel && !cluster {
-		t.Skip("REVERBGO_TEST_SENTINEL and REVERBGO_TEST_CLUSTER_REPLICAS not set")
-	}
-	for _, bin := range []string{"redis-server", "redis-sentinel", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s is not installed", bin)
-		}
-	}
-	bin := testutil.ReverbgoBinary(t)
+	bin, sentinel, cluster := topologyEnv(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			if (sc.kind == "sentinel" && !sentinel) || (sc.kind != "sentinel" && !cluster) {
@@ -70,18 +57,41 @@ func TestNothingLostWhenRedisChangesShape(t *testing.T) {
 	}
 }
 
+// topologyEnv skips where the topology tests do not run (-short, or neither
+// REVERBGO_TEST_SENTINEL nor REVERBGO_TEST_CLUSTER_REPLICAS set: see testenv) and returns the
+// built binary and which kinds run.
+func topologyEnv(t *testing.T) (bin string, sentinel, cluster bool) {
+	if testing.Short() {
+		t.Skip("-short: the fault scenarios take about 40 s each")
+	}
+	sentinel = testenv.SentinelTopology(t) != nil
+	cluster = testenv.ClusterReplicasAddrs(t) != nil
+	if !sentinel && !cluster {
+		t.Skip("REVERBGO_TEST_SENTINEL and REVERBGO_TEST_CLUSTER_REPLICAS not set")
+	}
+	for _, bin := range []string{"redis-server", "redis-sentinel", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is not installed", bin)
+		}
+	}
+	return testutil.ReverbgoBinary(t), sentinel, cluster
+}
+
+// scalingKeys are the scaling keys of a node on top (yaml flow style).
+func scalingKeys(top *testutil.Topology) string {
+	if top.Kind == "sentinel" {
+		return fmt.Sprintf("redis_sentinel: {master_name: %q, addrs: [%s]}", top.Var("SENTINEL_MASTER"), quoted(top.List("SENTINEL_ADDRS")))
+	}
+	return fmt.Sprintf("redis_cluster: {addrs: [%s]}", quoted(top.List("CLUSTER_ADDRS")))
+}
+
 func runScenario(t *testing.T, bin string, sc scenario) {
 	top := testutil.StartTopology(t, sc.kind)
-	var keys string
-	if sc.kind == "sentinel" {
-		keys = fmt.Sprintf("redis_sentinel: {master_name: %q, addrs: [%s]}", top.Var("SENTINEL_MASTER"), quoted(top.List("SENTINEL_ADDRS")))
-	} else {
-		keys = fmt.Sprintf("redis_cluster: {addrs: [%s]}", quoted(top.List("CLUSTER_ADDRS")))
-	}
-	h := newHarness(t, bin, top, keys)
+	h := newHarness(t, bin, top, scalingKeys(top))
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go h.publish(ctx)
+	publishing := make(chan struct{})
+	go func() { defer close(publishing); h.publish(ctx) }()
 	time.Sleep(warmup) // the run's shape is the point: publish this long before the fault
 	faultStart := time.Now()
 	fctx, fcancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -93,6 +103,7 @@ func runScenario(t *testing.T, bin string, sc scenario) {
 	}
 	time.Sleep(time.Until(moment.Add(tail)))
 	stop()
+	<-publishing // no pubWG.Add after this: drain's Wait may start
 	h.drain(5 * time.Second)
 	res := h.result(faultStart, moment)
 	first := "none"

@@ -137,6 +137,10 @@ func (c *Client) plane() redis.UniversalClient {
 	return c.UniversalClient
 }
 
+// Plane is the pub/sub plane's client: what must reach the server the broker's writer
+// writes to (a recovery channel's history, read where its appends go) uses it.
+func (c *Client) Plane() redis.UniversalClient { return c.plane() }
+
 // Pipeline is the pub/sub plane's pipeline (the broker's publishes and their cache writes).
 func (c *Client) Pipeline() redis.Pipeliner { return c.plane().Pipeline() }
 
@@ -257,6 +261,8 @@ func (c *Client) watchSentinels() {
 		addr := c.sentinels[i%len(c.sentinels)]
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: c.password, DialTimeout: time.Second})
 		ps := sc.Subscribe(c.ctx, "+switch-master")
+		// A receive blocked for its 30 s does not see ctx: Close ends it by closing ps.
+		stopClose := context.AfterFunc(c.ctx, func() { _ = ps.Close() })
 		// Whatever was missed while not listening: the sentinel's current answer.
 		qctx, cancel := context.WithTimeout(c.ctx, time.Second)
 		if a, err := sc.GetMasterAddrByName(qctx, c.master).Result(); err == nil && len(a) == 2 {
@@ -289,6 +295,7 @@ func (c *Client) watchSentinels() {
 			c.useMaster(net.JoinHostPort(f[3], f[4]))
 			c.switched()
 		}
+		stopClose()
 		_ = ps.Close()
 		_ = sc.Close()
 		backoff = min(max(backoff*2, 100*time.Millisecond), 2*time.Second)

@@ -106,6 +106,15 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// Kill ends the process with SIGKILL (a crash: no shutdown work) and waits until it exited.
+func (p *Process) Kill() error {
+	if err := p.cmd.Process.Kill(); err != nil && !p.Exited() {
+		return err
+	}
+	<-p.exited
+	return nil
+}
+
 // Logs returns what the process has written so far.
 func (p *Process) Logs() string {
 	b, _ := os.ReadFile(p.Log)

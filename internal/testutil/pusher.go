@@ -16,11 +16,14 @@ import (
 	"github.com/reverbgo/reverbgo/auth"
 )
 
-// PusherEvent is one event frame a Pusher client receives.
+// PusherEvent is one event frame a Pusher client receives. Serial and Epoch are the
+// top-level fields of a recovery channel's frames (0 and "" when absent).
 type PusherEvent struct {
 	Event   string `json:"event"`
 	Channel string `json:"channel"`
 	Data    string `json:"data"`
+	Serial  uint64 `json:"serial,omitempty"`
+	Epoch   string `json:"epoch,omitempty"`
 }
 
 // PusherClient is a real WebSocket client of the Pusher protocol (gorilla/websocket), as a
@@ -33,6 +36,7 @@ type PusherClient struct {
 	wmu      sync.Mutex
 	mu       sync.Mutex
 	waiting  map[string]chan struct{} // subscription_succeeded waiters, by channel
+	answers  map[string]PusherEvent   // the last subscription_succeeded, by channel
 	onEvent  func(PusherEvent)
 	done     chan struct{}
 	err      error // why the reader stopped
@@ -48,7 +52,7 @@ func DialPusher(ctx context.Context, baseURL, key string, onEvent func(PusherEve
 	if err != nil {
 		return nil, err
 	}
-	c := &PusherClient{ws: ws, waiting: map[string]chan struct{}{}, onEvent: onEvent, done: make(chan struct{})}
+	c := &PusherClient{ws: ws, waiting: map[string]chan struct{}{}, answers: map[string]PusherEvent{}, onEvent: onEvent, done: make(chan struct{})}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = ws.SetReadDeadline(dl)
 	}
@@ -89,6 +93,7 @@ func (c *PusherClient) read() {
 			_ = c.send(map[string]any{"event": "pusher:pong", "data": map[string]any{}})
 		case "pusher_internal:subscription_succeeded":
 			c.mu.Lock()
+			c.answers[ev.Channel] = ev
 			if ch, ok := c.waiting[ev.Channel]; ok {
 				close(ch)
 				delete(c.waiting, ev.Channel)
@@ -127,6 +132,15 @@ func (c *PusherClient) SubscribePrivate(ctx context.Context, key, secret, channe
 	case <-ctx.Done():
 		return fmt.Errorf("no subscription_succeeded for %s: %w", channel, ctx.Err())
 	}
+}
+
+// Subscription is the subscription_succeeded frame channel was answered with last (its
+// Serial and Epoch are the position under recovery); false before one arrived.
+func (c *PusherClient) Subscription(channel string) (PusherEvent, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ev, ok := c.answers[channel]
+	return ev, ok
 }
 
 // Dropped reports whether the connection ended other than by Close.

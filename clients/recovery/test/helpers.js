@@ -53,12 +53,12 @@ function socketOptions(port) {
 }
 
 /** The module, unless REC_WITHOUT_MODULE=1. */
-export function recover(pusher) {
-  return withoutModule ? { position: () => undefined, disable() {} } : enableRecovery(pusher);
+export function recover(pusher, options) {
+  return withoutModule ? { position: () => undefined, disable() {} } : enableRecovery(pusher, options);
 }
 
 /** pusher-js with recovery on, connecting to port; private channels signed in-process. */
-export function pusherClient(port, { app = APPS[0], signPort = port, options = {} } = {}) {
+export function pusherClient(port, { app = APPS[0], signPort = port, options = {}, recovery: recoveryOptions } = {}) {
   const signer = sdk(signPort, app);
   const pusher = new Pusher(app.key, {
     ...socketOptions(port),
@@ -67,12 +67,12 @@ export function pusherClient(port, { app = APPS[0], signPort = port, options = {
     },
     ...options,
   });
-  const recovery = recover(pusher);
+  const recovery = recover(pusher, recoveryOptions);
   return { pusher, recovery };
 }
 
 /** Laravel Echo (broadcaster reverb) authorizing through authApp, with the module's one call. */
-export function echoClient(port, authApp, { app = APPS[0], options = {} } = {}) {
+export function echoClient(port, authApp, { app = APPS[0], options = {}, recovery: recoveryOptions } = {}) {
   const echo = new Echo({
     broadcaster: 'reverb',
     Pusher,
@@ -83,7 +83,7 @@ export function echoClient(port, authApp, { app = APPS[0], options = {} } = {}) 
     withoutInterceptors: true,
     ...options,
   });
-  const recovery = recover(echo.connector.pusher);
+  const recovery = recover(echo.connector.pusher, recoveryOptions);
   return { echo, pusher: echo.connector.pusher, recovery };
 }
 

@@ -5,8 +5,12 @@
 -- ARGV: 1 history_size, 2 history_ttl (s), 3 epoch to take when there is none,
 --       4 except (socket id), 5 the event's JSON payload without its closing '}',
 --       6 pub/sub channel ("" = do not publish), 7 "1" = SPUBLISH (Cluster),
---       8 envelope prefix (envelope_redis.go: the frame is the envelope's tail),
---       9 publishing node ("" = no retry check), 10 its sequence number of the publish.
+--       8 envelope prefix (envelope_redis.go: the epoch's length byte, the epoch and the
+--         frame are the envelope's tail),
+--       9 publishing node ("" = no retry check), 10 its sequence number of the publish,
+--       11 the epoch and 12 the serial the publishing node last saw this channel at ("" =
+--          none): Redis holding that epoch at a lower serial lost appends it had answered,
+--          so the channel takes a new epoch rather than give a serial to a second event.
 -- Returns {serial, frame, epoch}; {0, "", epoch} when the node's publish of that sequence
 -- number (or a later one) already ran: the writer retried a batch that had reached Redis.
 -- A history entry is "<len(except)>:<except><frame>".
@@ -14,6 +18,11 @@ local ttl = tonumber(ARGV[2])
 local epoch = redis.call('GET', KEYS[2])
 if not epoch then
   -- The history may have been lost (keys expired, Redis restarted): a new epoch, from 0.
+  epoch = ARGV[3]
+  redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+  redis.call('SET', KEYS[2], epoch)
+elseif ARGV[11] ~= '' and epoch == ARGV[11] and
+    tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[12]) then
   epoch = ARGV[3]
   redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
   redis.call('SET', KEYS[2], epoch)
@@ -45,10 +54,11 @@ redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[2], ttl)
 redis.call('EXPIRE', KEYS[3], ttl)
 if ARGV[6] ~= '' then
+  local env = ARGV[8] .. string.char(#epoch) .. epoch .. f
   if ARGV[7] == '1' then
-    redis.call('SPUBLISH', ARGV[6], ARGV[8] .. f)
+    redis.call('SPUBLISH', ARGV[6], env)
   else
-    redis.call('PUBLISH', ARGV[6], ARGV[8] .. f)
+    redis.call('PUBLISH', ARGV[6], env)
   end
 end
 return {n, f, epoch}

@@ -17,8 +17,10 @@ handle.disable();
 enableRecoveryDefault(pusher);
 
 const echo = new Echo({ broadcaster: 'reverb', key: 'key', Pusher });
-enableRecovery(echo.connector.pusher);
-echo.private('orders.1').listen('.pusher:resume_failed', (e: ResumeFailed) => console.log(e.reason));
+enableRecovery(echo.connector.pusher, {
+  onResumeFailed: (channel: string, e: ResumeFailed) => console.log(channel, e.reason, e.epoch, e.serial),
+});
+echo.private('orders.1').listen('.pusher:resume_failed', (e: ResumeFailed) => console.log(e.reason, e.epoch, e.serial));
 
 const st = new RecoveryState();
 const keep: boolean = st.accept('{}', 'socket');
@@ -28,3 +30,5 @@ void keep;
 
 // @ts-expect-error not a pusher-js client
 enableRecovery({});
+// @ts-expect-error onResumeFailed takes (channel, data)
+enableRecovery(pusher, { onResumeFailed: (n: number) => n });

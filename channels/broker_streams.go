@@ -1,0 +1,307 @@
+package channels
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+var errNoLimits = errors.New("the channel's app no longer enables recovery")
+
+// Told is how a node tells the subscribers of a recovery channel that it could not deliver
+// every event in serial order (issue 31): reason is ResumeEpochChanged or ResumeTooOld, and
+// the events that follow are those after (epoch, serial).
+type Told func(app, ch, reason, epoch string, serial uint64)
+
+// The reasons a Told names (the pusher:resume_failed contract).
+const (
+	ResumeEpochChanged = "epoch_changed"
+	ResumeTooOld       = "too_old"
+)
+
+// Stream bounds: how long a gap may be filled from the history (a Redis that does not
+// answer is retried until then, then the gap is told), how many live frames a channel
+// holds meanwhile (more is told), how many history reads run at once (a restored
+// subscription checks every local recovery channel).
+const (
+	fillBound    = 5 * time.Second
+	fillTimeout  = 2 * time.Second
+	maxHeld      = 4096
+	fillParallel = 8
+	recentFrames = 16
+)
+
+var frameSeed = maphash.MakeSeed()
+
+// recentFrame is a delivered frame's serial and hash.
+type recentFrame struct{ serial, hash uint64 }
+
+// remember records a frame delivered under serial (st.mu held).
+func (st *stream) remember(serial uint64, frame []byte) {
+	st.recent[serial%recentFrames] = recentFrame{serial, maphash.Bytes(frameSeed, frame)}
+}
+
+// reuses reports whether frame is another event than the one delivered here under serial
+// (false when that one is not among the recent ones: unknown is not proof).
+func (st *stream) reuses(serial uint64, frame []byte) bool {
+	r := st.recent[serial%recentFrames]
+	return r.serial == serial && r.hash != maphash.Bytes(frameSeed, frame)
+}
+
+// streams puts the recovery events this node receives in serial order, per channel with a
+// local subscriber (Seed, on its first subscribe; dropped by Unwant): an event whose serial
+// is not the next one is held while the missed ones are read from the history and
+// delivered first; a new epoch is delivered from its first kept event; what the history no
+// longer has is told (Told), never skipped in silence. check re-reads every channel's
+// position after a subscription connection was re-made, since pub/sub has no replay.
+type streams struct {
+	hist    *RedisHistory
+	limits  func(app, ch string) (HistoryLimits, bool)
+	told    Told
+	log     *slog.Logger
+	deliver func(Message) int
+	sem     chan struct{}
+
+	mu sync.Mutex
+	m  map[key]*stream
+}
+
+// stream is one channel's position on this node.
+type stream struct {
+	app, ch string
+	mu      sync.Mutex
+	epoch   string
+	last    uint64   // the serial delivered last under epoch
+	retired []string // epochs the channel left (newest last, a few): their late frames are dropped
+	// recent are the hashes of the last delivered frames by serial%len: a serial at or below
+	// last whose frame differs was given to a second event (reused).
+	recent  [recentFrames]recentFrame
+	reused  bool // a reuse was seen: fill rotates the epoch first
+	filling bool // a history read is in flight; live frames wait in held
+	held    []heldFrame
+}
+
+type heldFrame struct {
+	m     Message
+	epoch string
+}
+
+func newStreams(h *RedisHistory, limits func(app, ch string) (HistoryLimits, bool), told Told, log *slog.Logger, deliver func(Message) int) *streams {
+	return &streams{hist: h, limits: limits, told: told, log: log, deliver: deliver, sem: make(chan struct{}, fillParallel), m: map[key]*stream{}}
+}
+
+// Seed records a channel's position as answered to its first local subscriber (the
+// position read once this node's subscription to it was in effect). A channel that has one
+// keeps it: what it received since is newer than any read.
+func (s *streams) Seed(app, ch string, pos Position) { s.start(app, ch, pos) }
+
+// start creates the channel's stream at pos unless it has one. Once it exists every
+// recovery event of the channel goes through it: none is delivered twice.
+func (s *streams) start(app, ch string, pos Position) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[key{app, ch}] == nil {
+		s.m[key{app, ch}] = &stream{app: app, ch: ch, epoch: pos.Epoch, last: pos.Serial}
+	}
+}
+
+// drop forgets a channel that lost its last local subscriber.
+func (s *streams) drop(app, ch string) {
+	s.mu.Lock()
+	delete(s.m, key{app, ch})
+	s.mu.Unlock()
+}
+
+// Known is the channel's position on this node (false when it has none).
+func (s *streams) Known(app, ch string) (Position, bool) {
+	s.mu.Lock()
+	st := s.m[key{app, ch}]
+	s.mu.Unlock()
+	if st == nil {
+		return Position{}, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return Position{Epoch: st.epoch, Serial: st.last}, true
+}
+
+func (s *streams) get(app, ch string) *stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key{app, ch}]
+}
+
+// receive takes one recovery event from Redis (the subscription's goroutine).
+func (s *streams) receive(m Message, epoch string) {
+	st := s.get(m.AppID, m.Channel)
+	if st == nil {
+		// The channel's first event here: it starts the stream when someone took it (a
+		// subscriber waiting for its answer holds it); broadcast routing brings the others.
+		if s.deliver(m) > 0 {
+			s.start(m.AppID, m.Channel, Position{Epoch: epoch, Serial: SerialOf(m.Frame)})
+		}
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s.step(st, m, epoch)
+}
+
+// step delivers m when it is the next serial, drops it when it was delivered, and else
+// holds it behind a history read (st.mu held).
+func (s *streams) step(st *stream, m Message, epoch string) {
+	if st.filling {
+		if len(st.held) < maxHeld {
+			st.held = append(st.held, heldFrame{m, epoch})
+		}
+		return // beyond the bound: fill tells the gap it leaves
+	}
+	serial := SerialOf(m.Frame)
+	switch {
+	case slices.Contains(st.retired, epoch):
+		// a late frame of an epoch the channel left: its loss was told
+	case epoch == st.epoch && serial == st.last+1:
+		st.last = serial
+		st.remember(serial, m.Frame)
+		s.deliver(m)
+	case epoch == st.epoch && serial <= st.last && !st.reuses(serial, m.Frame):
+		// delivered already (it raced a history read)
+	case epoch == st.epoch && serial <= st.last:
+		// Another event under a serial delivered here: Redis lost appends it had answered
+		// and a publisher that could not know gave their serials out again. The epoch
+		// must change (fill rotates it) and what follows is told from the new one.
+		st.reused, st.filling = true, true
+		go s.fill(st)
+	default: // a gap, or a new epoch: read the history first
+		st.filling = true
+		st.held = append(st.held, heldFrame{m, epoch})
+		go s.fill(st)
+	}
+}
+
+// check re-reads the position of every channel (a subscription connection was re-made:
+// what it missed is in the history).
+func (s *streams) check() {
+	s.mu.Lock()
+	all := make([]*stream, 0, len(s.m))
+	for _, st := range s.m {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	for _, st := range all {
+		st.mu.Lock()
+		if !st.filling {
+			st.filling = true
+			go s.fill(st)
+		}
+		st.mu.Unlock()
+	}
+}
+
+// fill reads what st missed from the history and delivers it in order, then what was held;
+// a gap the history cannot fill is told.
+func (s *streams) fill(st *stream) {
+	s.sem <- struct{}{}
+	defer func() { <-s.sem }()
+	lim, ok := s.limits(st.app, st.ch)
+	deadline := time.Now().Add(fillBound)
+	st.mu.Lock()
+	epoch, after, reused := st.epoch, st.last, st.reused
+	st.reused = false
+	st.mu.Unlock()
+	if reused && ok {
+		ctx, cancel := context.WithTimeout(context.Background(), fillTimeout)
+		if _, err := s.hist.Rotate(ctx, st.app, st.ch, lim, epoch); err != nil {
+			s.log.Warn("recovery: a reused serial's epoch could not be rotated", "app", st.app, "channel", st.ch, "error", err)
+		}
+		cancel()
+	}
+	var (
+		pos      Position
+		evs      []HistoryEvent
+		complete bool
+		err      error = errNoLimits
+	)
+	for backoff := 50 * time.Millisecond; ok; backoff = min(2*backoff, time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), fillTimeout)
+		pos, evs, complete, err = s.hist.Since(ctx, st.app, st.ch, lim, after)
+		if err == nil && pos.Epoch != epoch {
+			// A new epoch: its events are new to every subscriber here, from its first one.
+			pos, evs, complete, err = s.hist.Since(ctx, st.app, st.ch, lim, 0)
+		}
+		cancel()
+		if err == nil || time.Now().Add(backoff).After(deadline) {
+			break
+		}
+		time.Sleep(backoff)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case err != nil:
+		// The history cannot be read: what was held is delivered after the gap, told.
+		s.log.Warn("recovery: a gap could not be read from the history; told to the channel's sockets",
+			"app", st.app, "channel", st.ch, "error", err)
+		if len(st.held) > 0 {
+			h := st.held[0]
+			st.moveTo(h.epoch, max(SerialOf(h.m.Frame), 1)-1)
+		}
+		s.told(st.app, st.ch, ResumeTooOld, st.epoch, st.last)
+	case pos.Epoch != epoch:
+		first := pos.Serial
+		if complete && len(evs) > 0 {
+			first = evs[0].Serial - 1
+		} else if complete {
+			first = pos.Serial
+		}
+		st.moveTo(pos.Epoch, first)
+		s.told(st.app, st.ch, ResumeEpochChanged, pos.Epoch, first)
+		s.replay(st, evs)
+	case !complete:
+		st.last = pos.Serial
+		s.told(st.app, st.ch, ResumeTooOld, pos.Epoch, pos.Serial)
+	default:
+		s.replay(st, evs)
+	}
+	held := st.held
+	st.held, st.filling = nil, false
+	for i, h := range held {
+		if st.filling {
+			st.held = append(st.held, held[i:]...)
+			break
+		}
+		s.step(st, h.m, h.epoch)
+	}
+	if len(held) >= maxHeld && !st.filling {
+		// Frames past the bound were not kept: the next live one reads them again.
+		st.filling = true
+		go s.fill(st)
+	}
+}
+
+// moveTo sets the position, retiring the epoch it leaves (st.mu held).
+func (st *stream) moveTo(epoch string, serial uint64) {
+	if epoch != st.epoch && st.epoch != "" {
+		st.retired = append(st.retired, st.epoch)
+		if len(st.retired) > 4 {
+			st.retired = st.retired[1:]
+		}
+	}
+	st.epoch, st.last = epoch, serial
+}
+
+// replay delivers the history's events above st.last in order (st.mu held).
+func (s *streams) replay(st *stream, evs []HistoryEvent) {
+	for _, ev := range evs {
+		if ev.Serial != st.last+1 {
+			continue
+		}
+		st.last = ev.Serial
+		st.remember(ev.Serial, ev.Frame)
+		s.deliver(Message{AppID: st.app, Channel: st.ch, Frame: ev.Frame, Except: ev.Except, Recovery: &serialled})
+	}
+}

@@ -1,0 +1,105 @@
+package pusher
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reverbgo/reverbgo/channels"
+)
+
+// stallableNode is one scaled node with recovery on every channel on its own redis-server,
+// which the test stops (SIGSTOP: no RST, silence) and resumes.
+func stallableNode(t *testing.T, publishTimeout float64) (*tserver, func(), func()) {
+	t.Helper()
+	addr, proc := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ch := "stall:" + uuid.NewString()
+	keys := channels.NewKeySpace(ch, true)
+	hist := channels.NewRedisHistory(rdb, keys)
+	if err := channels.LoadScripts(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	broker, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: ch, Keys: keys, Logger: quiet, History: hist})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = broker.Close() })
+	reg := channels.NewRegistry(channels.Options{Broker: broker})
+	ts := newServer(t, withRecovery(100, "orders*"), withOptions(func(o *Options) { o.Registry, o.History = reg, hist }),
+		func(s *setup) { s.cfg.Scaling.PublishTimeout = publishTimeout })
+	broker.SetRecovery(ts.s.RecoveryLimits, ts.s.ToldGap)
+	broker.Start(reg.DeliverLocal)
+	<-broker.Dialled()
+	stop := func() { _ = proc.Process.Signal(syscall.SIGSTOP) }
+	cont := func() { _ = proc.Process.Signal(syscall.SIGCONT) }
+	return ts, stop, cont
+}
+
+// TestPublishDuringARedisOutage (issue 31, cause 3): while Redis does not answer, an API
+// publish returns ErrPublishTimeout (the API's 503 with Retry-After) within
+// scaling.publish_timeout, and the event is never delivered afterwards: it was withdrawn,
+// so the caller's retry duplicates nothing. Before, the publish returned nil at once (a
+// 200) for an event that had not reached Redis.
+func TestPublishDuringARedisOutage(t *testing.T) {
+	for _, ch := range []string{"news", "orders"} { // a plain channel and a recovery one
+		t.Run(ch, func(t *testing.T) {
+			ts, stop, cont := stallableNode(t, 0.3)
+			c := ts.connect(t)
+			c.subscribe(ch)
+			ts.apiPublish(t, ch, "before", "1", "")
+			c.waitEvent("before", ch)
+			stop()
+			start := time.Now()
+			m := ts.s.EventMessage(ts.app.ID, ch, "dark", "2", "")
+			err := ts.s.PublishAll(context.Background(), []channels.Message{m})
+			if !errors.Is(err, channels.ErrPublishTimeout) {
+				cont()
+				t.Fatalf("publish during the outage: %v, want ErrPublishTimeout", err)
+			}
+			if took := time.Since(start); took < 250*time.Millisecond || took > 2*time.Second {
+				t.Errorf("answered after %v, want about scaling.publish_timeout (300 ms)", took)
+			}
+			cont()
+			ts.apiPublish(t, ch, "after", "3", "")
+			if ev := c.waitEvent("after", ch); ev.Event != "after" {
+				t.Fatalf("got %s", ev.raw)
+			}
+			c.expectNone("dark", ch)
+		})
+	}
+}
+
+// TestRecoverySubscribeRefusedWhileRedisStalls (issue 31): a recovery channel's subscribe
+// is answered only once this node's route to the channel is in effect; while Redis does
+// not answer, it is refused with pusher:error 4100 (as a presence join is) instead of a
+// subscription_succeeded whose position a stalled route cannot honour. A plain channel is
+// still answered. Before, the recovery subscribe was answered after its wait ran out.
+func TestRecoverySubscribeRefusedWhileRedisStalls(t *testing.T) {
+	ts, stop, cont := stallableNode(t, 2)
+	defer cont()
+	c := ts.connect(t)
+	stop()
+	c.subscribeMsg("orders", "", "")
+	if code, _ := c.waitError(); code != 4100 {
+		t.Fatalf("recovery subscribe while Redis stalls: code %d, want 4100", code)
+	}
+	if ts.s.reg.IsSubscribed(ts.app.ID, "orders", c.socketID) {
+		t.Fatal("the refused subscription is still registered")
+	}
+	cont()
+	ok := c.subscribe("orders")
+	if p := positionOf(t, ok); p.Serial == nil || p.Epoch == "" {
+		t.Fatalf("after Redis is back: %s", ok.raw)
+	}
+}
