@@ -63,8 +63,9 @@ func (h *RedisHistory) epochCandidate() string {
 // channel (for the TTL) and answers serial 0 to a number it has seen. known is the highest
 // position the caller saw Redis give the channel (zero = none): when Redis now holds that
 // epoch with a lower serial, it lost appends it had answered (a failover to a replica that
-// lacked them, keys restored from a backup) and the script starts a new epoch rather than
-// give a serial a second event. Read the result with HistoryAppended.
+// lacked them, keys restored from a backup): the serial moves on past known rather than
+// give a serial to a second event, and the history marks the lost ones (a resume that needs
+// one is told too_old). Read the result with HistoryAppended.
 func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte, node string, seq uint64, known Position) *redis.Cmd {
 	payload := framePayload(frame)
 	if len(payload) > 0 {

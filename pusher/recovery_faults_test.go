@@ -98,8 +98,21 @@ func TestRecoverySubscribeRefusedWhileRedisStalls(t *testing.T) {
 		t.Fatal("the refused subscription is still registered")
 	}
 	cont()
-	ok := c.subscribe("orders")
-	if p := positionOf(t, ok); p.Serial == nil || p.Epoch == "" {
-		t.Fatalf("after Redis is back: %s", ok.raw)
+	// Once Redis is back the node re-makes its subscription; the client retries (pusher-js
+	// does on 4100) until it is answered with a position.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.subscribeMsg("orders", "", "")
+		ev := c.next()
+		if ev.Event == "pusher_internal:subscription_succeeded" {
+			if p := positionOf(t, ev); p.Serial == nil || p.Epoch == "" {
+				t.Fatalf("after Redis is back: %s", ev.raw)
+			}
+			return
+		}
+		if ev.Event != "pusher:error" || ev.errorCode(t) != 4100 || time.Now().After(deadline) {
+			t.Fatalf("after Redis is back: %s", ev.raw)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -9,8 +9,11 @@
 --         frame are the envelope's tail),
 --       9 publishing node ("" = no retry check), 10 its sequence number of the publish,
 --       11 the epoch and 12 the serial the publishing node last saw this channel at ("" =
---          none): Redis holding that epoch at a lower serial lost appends it had answered,
---          so the channel takes a new epoch rather than give a serial to a second event.
+--          none): Redis holding that epoch at a lower serial lost appends it had answered
+--          (a failover to a replica that lacked them). Their serials are never given again:
+--          the serial moves on to the one seen, and the history keeps a "-" mark for each
+--          lost one (a resume that needs it is told too_old); past history_size marks the
+--          list is emptied instead.
 -- Returns {serial, frame, epoch}; {0, "", epoch} when the node's publish of that sequence
 -- number (or a later one) already ran: the writer retried a batch that had reached Redis.
 -- A history entry is "<len(except)>:<except><frame>".
@@ -21,11 +24,19 @@ if not epoch then
   epoch = ARGV[3]
   redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
   redis.call('SET', KEYS[2], epoch)
-elseif ARGV[11] ~= '' and epoch == ARGV[11] and
-    tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[12]) then
-  epoch = ARGV[3]
-  redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
-  redis.call('SET', KEYS[2], epoch)
+elseif ARGV[11] ~= '' and epoch == ARGV[11] then
+  local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+  local seen = tonumber(ARGV[12])
+  if cur < seen then
+    if seen - cur >= tonumber(ARGV[1]) then
+      redis.call('DEL', KEYS[3])
+    else
+      for _ = cur + 1, seen do
+        redis.call('RPUSH', KEYS[3], '-')
+      end
+    end
+    redis.call('SET', KEYS[1], seen)
+  end
 end
 if ARGV[9] ~= '' then
   local last = redis.call('HGET', KEYS[4], ARGV[9])
