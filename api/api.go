@@ -8,6 +8,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -72,7 +73,7 @@ type Options struct {
 // API serves the Pusher HTTP API of every configured app.
 type API struct {
 	cfg     *config.Config
-	apps    map[string]*config.App
+	apps    atomic.Pointer[map[string]*config.App] // by id; replaced whole by SetApps
 	pub     Publisher
 	info    Info
 	term    Terminator
@@ -84,7 +85,6 @@ type API struct {
 func New(opts Options) *API {
 	a := &API{
 		cfg:  opts.Config,
-		apps: make(map[string]*config.App, len(opts.Config.Apps)),
 		pub:  opts.Publisher,
 		info: opts.Info,
 		term: opts.Terminator,
@@ -93,16 +93,26 @@ func New(opts Options) *API {
 	if a.now == nil {
 		a.now = time.Now
 	}
-	for i := range a.cfg.Apps {
-		app := &a.cfg.Apps[i]
-		a.apps[app.ID] = app
-	}
+	a.SetApps(a.cfg.Apps)
 	a.maxBody = a.cfg.Server.MaxRequestSize
 	if a.maxBody <= 0 { // a Config built by hand rather than loaded: the documented default
 		a.maxBody = config.DefaultMaxRequestSize
 	}
 	return a
 }
+
+// SetApps makes apps (a validated configuration's, not modified afterwards) the apps the API
+// serves: a request is verified with the secret of the apps in place when it arrives, and an
+// app no longer listed answers 404. server.* stays as New had it.
+func (a *API) SetApps(apps []config.App) {
+	m := make(map[string]*config.App, len(apps))
+	for i := range apps {
+		m[apps[i].ID] = &apps[i]
+	}
+	a.apps.Store(&m)
+}
+
+func (a *API) app(id string) *config.App { return (*a.apps.Load())[id] }
 
 // Routes mounts the signed API routes under prefix (SDKs sign the path without it).
 func (a *API) Routes(e *echo.Echo, prefix string) {
@@ -136,7 +146,7 @@ func (a *API) signedRequest(prefix string) echo.MiddlewareFunc {
 		Prefix: prefix,
 		Param:  "app_id",
 		Lookup: func(id string) (any, apisign.Credentials, bool) {
-			app := a.apps[id]
+			app := a.app(id)
 			if app == nil {
 				return nil, apisign.Credentials{}, false
 			}

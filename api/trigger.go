@@ -14,7 +14,7 @@ import (
 // every SDK sends. A refusal is a *pusher.TriggerError carrying the status POST /events
 // would answer.
 func (a *API) Trigger(ctx context.Context, appID, channel, event string, data []byte) error {
-	app := a.apps[appID]
+	app := a.app(appID)
 	if app == nil {
 		return &pusher.TriggerError{Status: http.StatusNotFound, Message: "Unknown app"}
 	}

@@ -8,6 +8,8 @@
 #
 #   bench/rolling.sh                          # standalone Redis, both runs
 #   bench/rolling.sh --topology cluster       # any chaos flag: --clients, --channels, --rate
+#   DRAIN_DELAY=5 DRAIN_PERIOD=10 bench/rolling.sh   # the nodes' server.drain_delay/drain_period
+#                                             # (default 0 and 0: every socket told 4200 at once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bin

@@ -71,6 +71,11 @@ type Server struct {
 	// logged once: at Info when the key is absent, at Warn when it was set to true. A
 	// pointer: that difference is the only record of whether the operator asked for it.
 	IOUring *bool `mapstructure:"io_uring"`
+	// DrainDelay and DrainPeriod shape the drain on SIGTERM (drain.go): seconds the node keeps
+	// serving while /up answers 503 draining, then seconds over which its sockets get 4200.
+	// Absent = 5 and 10; 0 = no such stage (both 0: the listener closes at once, as before).
+	DrainDelay  *int `mapstructure:"drain_delay"`
+	DrainPeriod *int `mapstructure:"drain_period"`
 }
 
 // IOUringEnabled reports whether the flushers try io_uring (server.io_uring absent or true).

@@ -70,6 +70,7 @@ func (c *Config) ApplyDefaults() {
 		s.WriteCoalesceMS = ptr(DefaultWriteCoalesceMS)
 	}
 	s.Compression.applyDefaults()
+	s.applyDrainDefaults()
 	if c.Scaling.Channel == "" {
 		c.Scaling.Channel = DefaultScalingChannel
 	}

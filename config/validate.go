@@ -123,6 +123,7 @@ func (c *Config) validateServer(v *validator) {
 	}
 	v.positive("server.max_request_size", s.MaxRequestSize)
 	v.nonNegative("server.shutdown_timeout", int64(s.ShutdownTimeoutSeconds))
+	s.validateDrain(v)
 	if s.MaxConnections < -1 {
 		v.add("server.max_connections", "must be -1 (no cap), 0 (from the open-file limit) or a positive count, got %d", s.MaxConnections)
 	}

@@ -101,7 +101,7 @@ func TestFastListenerFallbacks(t *testing.T) {
 	}
 	// The fast path's refusal is tentative: each refusal is counted once, by the portable
 	// path that sends it.
-	app := fast.s.appsKey[testKey]
+	app := fast.s.apps.Load().byKey[testKey]
 	if n, m := fast.s.stats.unknownRefused[CloseAppNotFound].Load(), app.stats.refused[CloseOriginNotAllowed].Load()+app.stats.refused[CloseUnsupportedProtocol].Load(); n != 1 || m != 2 {
 		t.Errorf("refusals counted: %d unknown app (want 1), %d origin+protocol (want 2)", n, m)
 	}

@@ -25,7 +25,7 @@ const (
 // and a pong proves that everything before the ping was handled.
 func (c *Conn) handle(raw []byte) {
 	c.app.stats.clientMessages.Add(1)
-	if c.app.cfg.RateLimiting.Enabled && !c.withinRateLimit() {
+	if c.app.cfg().RateLimiting.Enabled && !c.withinRateLimit() {
 		return
 	}
 	m, err := DecodeClientMessage(raw)
@@ -134,7 +134,7 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		r := res // only a resume escapes: res itself stays on the stack (issue 25)
 		resume = &r
 	}
-	cfg := c.app.cfg
+	cfg := c.app.cfg()
 	kind := channels.KindOf(name)
 	var member channels.Member
 	switch {
@@ -199,7 +199,7 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		return
 	}
 	// With scaling a recovery channel's position is read from Redis: a task too.
-	if c.srv.reg.SubscribeWaits(name) || (c.srv.remote && (kind.IsCache() || c.srv.recoveryOf(c.app.cfg.ID, name) != nil)) {
+	if c.srv.reg.SubscribeWaits(name) || (c.srv.remote && (kind.IsCache() || c.srv.recoveryOf(c.app.cfg().ID, name) != nil)) {
 		at.await(c, func(t onTask) {
 			if _, again := c.subscribed(name); again { // a repeat queued behind the first
 				c.resubscribed(name)
@@ -230,7 +230,7 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resum
 	if c.isClosing() {
 		return
 	}
-	cfg := c.app.cfg
+	cfg := c.app.cfg()
 	sub, session := c.pageSession(name) // toolmark.session goes just before subscription_succeeded
 	b := c.holdWrites()
 	to, rsub, rec := c.recoverySubscriber(name, resume) // recovery.go
@@ -282,7 +282,7 @@ func (c *Conn) subscribeChannel(t onTask, name string, kind channels.Kind, resum
 // pusher:error (4100) to retry.
 func (c *Conn) subscribePresence(t onTask, name string, m channels.Member, resume *resumeRequest) {
 	s := c.srv
-	cfg := c.app.cfg
+	cfg := c.app.cfg()
 	ctx := t.ctx
 	if c.isClosing() {
 		return
@@ -393,13 +393,13 @@ const cacheReplayTimeout = time.Second
 
 func (c *Conn) cacheReplay(t onTask, name string) []byte {
 	ctx, cancel := context.WithTimeout(t.ctx, cacheReplayTimeout)
-	f, ok, _ := c.srv.reg.LastEvent(ctx, c.app.cfg.ID, name)
+	f, ok, _ := c.srv.reg.LastEvent(ctx, c.app.cfg().ID, name)
 	cancel()
 	if ok {
 		return f
 	}
-	if c.srv.wants(c.app.cfg.ID, "cache_miss") {
-		c.srv.emit(c.app.cfg.ID, map[string]any{"name": "cache_miss", "channel": name})
+	if c.srv.wants(c.app.cfg().ID, "cache_miss") {
+		c.srv.emit(c.app.cfg().ID, map[string]any{"name": "cache_miss", "channel": name})
 	}
 	return eventFrameNoData("pusher:cache_miss", name)
 }
@@ -450,7 +450,7 @@ func (c *Conn) unbindIfUnused(user string) {
 	}
 	c.subsMu.RUnlock()
 	if !used {
-		c.srv.sockets.unbindUser(c.app.cfg.ID, user, c)
+		c.srv.sockets.unbindUser(c.app.cfg().ID, user, c)
 	}
 }
 
@@ -459,7 +459,7 @@ func (c *Conn) unbindIfUnused(user string) {
 // indexed channel's leave waits on Redis: it takes a task's t.
 func (c *Conn) leave(t onTask, name string, sub subscription) {
 	s := c.srv
-	appID := c.app.cfg.ID
+	appID := c.app.cfg().ID
 	remaining, removed := s.reg.Unsubscribe(appID, name, c.socketID)
 	c.observeSub(name, false)
 	if sub.userID != "" {
@@ -488,7 +488,7 @@ func (c *Conn) subscribed(name string) (subscription, bool) {
 
 // clientEvent relays a client- event to the channel's other subscribers.
 func (c *Conn) clientEvent(m ClientMessage) {
-	cfg := c.app.cfg
+	cfg := c.app.cfg()
 	if cfg.AcceptClientEventsFrom == "none" {
 		c.sendError(codeClientEventsOff, "The app does not have client messaging enabled.")
 		return
@@ -539,7 +539,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 
 // signin handles pusher:signin (user authentication).
 func (c *Conn) signin(at runsOn, data json.RawMessage) {
-	cfg := c.app.cfg
+	cfg := c.app.cfg()
 	if !cfg.UserAuthentication() {
 		c.sendError(codeUnauthorized, "User authentication is disabled for this app")
 		return

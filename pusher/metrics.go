@@ -55,7 +55,7 @@ func (s *Server) countPublished(appID, event string) {
 	if strings.HasPrefix(event, "pusher_internal:") {
 		return
 	}
-	if a := s.appsByID[appID]; a != nil {
+	if a := s.appByID(appID); a != nil {
 		a.stats.published.Add(1)
 	}
 }
@@ -127,12 +127,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	census := s.reg.Census()
 	presence := s.presenceMembers()
-	for i := range s.cfg.Apps {
-		id := s.cfg.Apps[i].ID
-		a := s.appsByID[id]
-		if a == nil {
-			continue
-		}
+	for _, a := range s.appList() {
+		id := a.cfg().ID
 		st := &a.stats
 		ch <- gauge(descConnections, int(a.conns.Load()), id)
 		ch <- counter(descOpened, st.opened.Load(), id)
@@ -187,7 +183,7 @@ func (s *Server) presenceMembers() map[string]int {
 			if sub.userID == "" {
 				continue
 			}
-			m := member{c.app.cfg.ID, name, sub.userID}
+			m := member{c.app.cfg().ID, name, sub.userID}
 			if _, dup := seen[m]; !dup {
 				seen[m] = struct{}{}
 				out[m.app]++
@@ -237,7 +233,7 @@ func (s *Server) HTTPMetrics(prefix string) echo.MiddlewareFunc {
 			if app == "" {
 				app = c.Param("app")
 			}
-			if s.appsByID[app] == nil {
+			if s.appByID(app) == nil {
 				app = ""
 			}
 			code := c.Response().Status

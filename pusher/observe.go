@@ -47,7 +47,7 @@ func (s *Server) SetObserver(o Observer) {
 // count whether or not a console is open).
 func (s *Server) Counters(appID string) (in, out, nodeDeliveries uint64) {
 	nodeDeliveries, _ = s.reg.Deliveries()
-	a := s.appsByID[appID]
+	a := s.appByID(appID)
 	if a == nil {
 		return 0, 0, nodeDeliveries
 	}
@@ -56,26 +56,26 @@ func (s *Server) Counters(appID string) (in, out, nodeDeliveries uint64) {
 
 func (c *Conn) observeOpen() {
 	if t := c.srv.tap.Load(); t != nil {
-		t.o.Connection(c.app.cfg.ID, c.socketID, true, "", 0)
+		t.o.Connection(c.app.cfg().ID, c.socketID, true, "", 0)
 	}
 }
 
 func (c *Conn) observeClose() {
 	if t := c.srv.tap.Load(); t != nil {
 		r := c.closeReason()
-		t.o.Connection(c.app.cfg.ID, c.socketID, false, r.String(), r.Code())
+		t.o.Connection(c.app.cfg().ID, c.socketID, false, r.String(), r.Code())
 	}
 }
 
 func (c *Conn) observeSub(channel string, subscribed bool) {
 	if t := c.srv.tap.Load(); t != nil {
-		t.o.Subscription(c.app.cfg.ID, c.socketID, channel, subscribed)
+		t.o.Subscription(c.app.cfg().ID, c.socketID, channel, subscribed)
 	}
 }
 
 func (c *Conn) observeClientEvent(channel, event, data string) {
 	if t := c.srv.tap.Load(); t != nil {
-		t.o.Event(c.app.cfg.ID, ObservedClient, channel, event, data, c.socketID)
+		t.o.Event(c.app.cfg().ID, ObservedClient, channel, event, data, c.socketID)
 	}
 }
 

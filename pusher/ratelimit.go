@@ -43,7 +43,7 @@ type messageWindow struct {
 // may be handled; over the limit it answers or ends the connection as Reverb does. Called
 // only when the limit is enabled: a disabled one costs the caller one field test.
 func (c *Conn) withinRateLimit() bool {
-	rl := &c.app.cfg.RateLimiting
+	rl := &c.app.cfg().RateLimiting
 	now := c.srv.now().UnixNano()
 	w := &c.msgWindow
 	if now < w.end && w.count >= rl.MaxAttempts {

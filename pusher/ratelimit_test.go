@@ -110,7 +110,7 @@ func TestReverbRateLimitCounted(t *testing.T) {
 	c.ping()
 	c.sendRaw(`{"event":"pusher:ping","data":{}}`)
 	c.waitClose()
-	st := &ts.s.appsByID[testAppID].stats
+	st := &ts.s.appByID(testAppID).stats
 	testutil.WaitFor(t, "rate_limited close counted", func() bool { return st.closed[CloseRateLimited].Load() == 1 })
 	if n := st.messagesLimited.Load(); n != 1 {
 		t.Errorf("messagesLimited %d, want 1", n)

@@ -131,11 +131,11 @@ func (s *Server) recoveryOf(appID, ch string) *config.Recovery {
 	if s.history == nil {
 		return nil
 	}
-	a := s.appsByID[appID]
-	if a == nil || !a.cfg.Recovery.Channel(ch) {
+	a := s.appByID(appID)
+	if a == nil || !a.cfg().Recovery.Channel(ch) {
 		return nil
 	}
-	return &a.cfg.Recovery
+	return &a.cfg().Recovery
 }
 
 // publishRecovered publishes the messages of one API request, those for recovery channels
@@ -145,7 +145,7 @@ func (s *Server) recoveryOf(appID, ch string) *config.Recovery {
 func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) error {
 	for i := range ms {
 		if ms[i].Cacheable && s.recoveryOf(ms[i].AppID, ms[i].Channel) != nil {
-			ms[i].Recovery = &s.appsByID[ms[i].AppID].hist
+			ms[i].Recovery = &s.appByID(ms[i].AppID).hist
 		}
 	}
 	return s.publishAcked(ctx, ms)
@@ -266,7 +266,7 @@ func resumeFailedFrame(name, reason string, pos channels.Position) []byte {
 // recoverySubscriber is who the registry delivers (app, name) to for c: c itself, or on a
 // recovery channel a filter (the second result, nil otherwise) that knows res's socket id.
 func (c *Conn) recoverySubscriber(name string, res *resumeRequest) (channels.Subscriber, *recoverySub, *config.Recovery) {
-	rec := c.srv.recoveryOf(c.app.cfg.ID, name)
+	rec := c.srv.recoveryOf(c.app.cfg().ID, name)
 	if rec == nil {
 		return c, nil, nil
 	}
@@ -294,7 +294,7 @@ func (c *Conn) answerFrames(t onTask, name, data string, rec *config.Recovery, r
 // or resume_failed. It sets sub's position, so later live frames follow without a gap.
 func (c *Conn) recoveryFrames(t onTask, name, data string, r *config.Recovery, sub *recoverySub, res *resumeRequest) [][]byte {
 	h, lim := c.srv.history, historyLimits(r)
-	app := c.app.cfg.ID
+	app := c.app.cfg().ID
 	if res == nil {
 		pos, err := h.Position(t.ctx, app, name, lim)
 		sub.position(pos.Serial)
@@ -379,7 +379,7 @@ const recoveryRouteTimeout = 2500 * time.Millisecond
 func (c *Conn) recoveryRouted(t onTask, name string) bool {
 	ctx, cancel := context.WithTimeout(t.ctx, recoveryRouteTimeout)
 	defer cancel()
-	return c.srv.reg.SubscribeRouted(ctx, c.app.cfg.ID, name)
+	return c.srv.reg.SubscribeRouted(ctx, c.app.cfg().ID, name)
 }
 
 // refuseSubscribe undoes a subscription that was registered but is not answered (nothing
@@ -389,7 +389,7 @@ func (c *Conn) refuseSubscribe(name string, b *ws.Barrier) {
 	c.subsMu.Lock()
 	c.subs.del(name)
 	c.subsMu.Unlock()
-	c.srv.reg.Unsubscribe(c.app.cfg.ID, name, c.socketID)
+	c.srv.reg.Unsubscribe(c.app.cfg().ID, name, c.socketID)
 	c.observeSub(name, false)
 	b.Release(errorFrame(codeOverCapacity, "Redis is unavailable, try again"))
 }
@@ -397,8 +397,8 @@ func (c *Conn) refuseSubscribe(name string, b *ws.Barrier) {
 // leaveRefused undoes a refused presence subscription's join (no member_added went out, so
 // no member_removed either).
 func (c *Conn) leaveRefused(t onTask, name string, m channels.Member) {
-	if _, err := c.srv.reg.Presence().Leave(t.ctx, c.app.cfg.ID, name, c.socketID, m.UserID); err != nil {
-		c.srv.log.Warn("a refused presence join could not be undone; presence repair removes it", "app", c.app.cfg.ID, "channel", name, "error", err)
+	if _, err := c.srv.reg.Presence().Leave(t.ctx, c.app.cfg().ID, name, c.socketID, m.UserID); err != nil {
+		c.srv.log.Warn("a refused presence join could not be undone; presence repair removes it", "app", c.app.cfg().ID, "channel", name, "error", err)
 	}
 	c.unbindIfUnused(m.UserID)
 }

@@ -24,7 +24,11 @@ const healthTimeout = time.Second
 
 // handleUp answers {"health":"OK"} or, when a dependency is unreachable, 503 with
 // {"health":"DEGRADED"} plus what is down. A degraded node still serves its own sockets.
+// From BeginDrain on it answers 503 {"health":"draining"}.
 func (s *Server) handleUp(c echo.Context) error {
+	if s.leaving.Load() { // draining (drain.go): the load balancer takes the node out
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"health": "draining"})
+	}
 	if s.health != nil {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), healthTimeout)
 		problems := s.health(ctx)

@@ -21,9 +21,10 @@ import (
 	"github.com/reverbgo/reverbgo/ws"
 )
 
-// appState is an app's configuration plus its live counters.
+// appState is an app's configuration plus its live counters. One appState lives as long as
+// its app id is configured: a reload (ReloadApps) swaps its configuration, never its counters.
 type appState struct {
-	cfg   *config.App
+	conf  atomic.Pointer[config.App] // cfg(); swapped whole by ReloadApps
 	conns atomic.Int64
 	stats appStats               // metrics.go
 	hist  channels.HistoryLimits // cfg.Recovery's bounds (recovery.go)
@@ -77,11 +78,9 @@ type Server struct {
 	taskCounters
 	remote bool // the registry's presence or broker makes network round trips (tasks.go)
 
-	cfg      *config.Config
-	appsByID map[string]*appState
-	appsKey  map[string]*appState
-	apps     []*appState // appsByID's values, for the node-wide count (totalConns)
-	maxConns int64       // Options.MaxConnections
+	cfg      *config.Config           // as started: server.* and what only start-up reads
+	apps     atomic.Pointer[appTable] // the apps now (apps.go); replaced whole by ReloadApps
+	maxConns int64                    // Options.MaxConnections
 	reg      *channels.Registry
 	sockets  *socketTable
 	log      *slog.Logger
@@ -99,6 +98,7 @@ type Server struct {
 
 	tap      atomic.Pointer[tap] // the console's observer, nil unless one is open (observe.go)
 	draining atomic.Bool
+	leaving  atomic.Bool // BeginDrain: /up answers 503 draining (drain.go)
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -116,8 +116,6 @@ type Server struct {
 func NewServer(opts Options) *Server {
 	s := &Server{
 		cfg:      opts.Config,
-		appsByID: make(map[string]*appState),
-		appsKey:  make(map[string]*appState),
 		reg:      opts.Registry,
 		sockets:  newSocketTable(),
 		log:      opts.Logger,
@@ -151,13 +149,9 @@ func NewServer(opts Options) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	for i := range s.cfg.Apps {
-		a := &appState{cfg: &s.cfg.Apps[i]}
-		a.hist = historyLimits(&a.cfg.Recovery)
-		s.appsByID[a.cfg.ID] = a
-		s.appsKey[a.cfg.Key] = a
-		s.apps = append(s.apps, a)
-		s.reg.Subscribe(a.cfg.ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg.ID})
+	s.apps.Store(newAppTable(s.cfg.Apps, nil, nil))
+	for _, a := range s.appList() {
+		s.reg.Subscribe(a.cfg().ID, channels.TerminateChannel, terminator{s: s, appID: a.cfg().ID})
 	}
 	// Origin is checked per app after the upgrade (4009), in Accept.
 	s.transport = ws.NewServer(ws.Options{Handler: (*wsHandler)(s), Logger: s.log, MaxQueueBytes: opts.MaxQueueBytes,
@@ -206,7 +200,7 @@ func newSocketID() string {
 
 // ConnectionCount is the number of open sockets of an app on this node.
 func (s *Server) ConnectionCount(appID string) int {
-	if a := s.appsByID[appID]; a != nil {
+	if a := s.appByID(appID); a != nil {
 		return int(a.conns.Load())
 	}
 	return 0
@@ -216,7 +210,7 @@ func (s *Server) ConnectionCount(appID string) int {
 // apps' counts are the one record of them).
 func (s *Server) totalConns() int64 {
 	var n int64
-	for _, a := range s.apps {
+	for _, a := range s.appList() {
 		n += a.conns.Load()
 	}
 	return n

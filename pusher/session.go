@@ -41,7 +41,7 @@ type CredentialIndex interface {
 // subscription to store. A repeated subscribe keeps the token already issued, so the
 // index and the page agree.
 func (c *Conn) pageSession(name string) (subscription, []byte) {
-	cfg := c.app.cfg
+	cfg := c.app.cfg()
 	if !cfg.Toolmark.Enabled || cfg.Toolmark.PageAuth == config.PageAuthSocketID || !strings.HasPrefix(name, ToolmarkChannelPrefix) {
 		return subscription{}, nil
 	}
@@ -88,7 +88,7 @@ func (s *Server) SocketConversation(socketID, conversation string, parse func(ch
 		if token != "" {
 			tokenHash = TokenHash(token)
 		}
-		return c.app.cfg.ID, user, tokenHash, n, true
+		return c.app.cfg().ID, user, tokenHash, n, true
 	}
 	appID, subs, ok := s.Subscriptions(socketID)
 	for name, hash := range subs {
@@ -115,7 +115,7 @@ func (s *Server) Subscriptions(socketID string) (appID string, subs map[string]s
 			}
 		}
 		c.subsMu.RUnlock()
-		return c.app.cfg.ID, subs, true
+		return c.app.cfg().ID, subs, true
 	}
 	if s.cluster == nil {
 		return "", nil, false

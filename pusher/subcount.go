@@ -42,8 +42,8 @@ type countState struct {
 
 // wantsCount reports whether the app sends subscription counts for channel.
 func (s *Server) wantsCount(appID, channel string) bool {
-	a := s.appsByID[appID]
-	return a != nil && a.cfg.SubscriptionCount && !channels.KindOf(channel).IsPresence() && !channels.IsInternal(channel)
+	a := s.appByID(appID)
+	return a != nil && a.cfg().SubscriptionCount && !channels.KindOf(channel).IsPresence() && !channels.IsInternal(channel)
 }
 
 // countChanged schedules a subscription count of the channel (see above).

@@ -88,7 +88,7 @@ func newWatchlist(s *Server) *watchlist {
 		watchers: map[userKey]map[*Conn]struct{}{}, conns: map[*Conn]*watcher{},
 		pending: map[*Conn]struct{}{}, online: map[*Conn]string{}, dirty: map[userKey]struct{}{},
 	}
-	for id := range s.appsByID {
+	for id := range s.apps.Load().byID {
 		s.reg.Subscribe(id, channels.WatchlistChannel, watchAnnouncements{w: w, app: id})
 	}
 	s.wg.Add(1)
@@ -136,7 +136,7 @@ func (w *watchlist) announce(app, user string) {
 // user's connections (leaving prev's when it signed in as someone else) and watches list
 // (replacing an earlier list). The presence store may wait on Redis: off the poller.
 func (w *watchlist) signedIn(at runsOn, c *Conn, user string, list []string) {
-	app := c.app.cfg.ID
+	app := c.app.cfg().ID
 	at.await(c, func(t onTask) {
 		ctx := t.ctx
 		if c.isClosing() {
@@ -215,7 +215,7 @@ func (w *watchlist) closed(t onTask, c *Conn) {
 	if !signed {
 		return
 	}
-	app := c.app.cfg.ID
+	app := c.app.cfg().ID
 	// A failed leave is retried by the store, which then reports it through MemberGone.
 	if last, err := w.s.reg.Presence().Leave(ctx, app, channels.OnlineChannel, c.socketID, user); err == nil && last {
 		w.announce(app, user)

@@ -31,9 +31,10 @@ type wsHandler Server
 // with the 101. A refusal is counted and logged only when final (not Tentative).
 func (h *wsHandler) Accept(req *ws.Request, greeting []byte) ws.Decision {
 	s := (*Server)(h)
-	app := s.appsKey[string(req.Name)]
+	// The table's map read inline: the []byte to string conversion then does not allocate.
+	app := s.apps.Load().byKey[string(req.Name)]
 	org := "" // converted only when an app has origins to check
-	if app != nil && len(app.cfg.AllowedOrigins) > 0 {
+	if app != nil && len(app.cfg().AllowedOrigins) > 0 {
 		org = string(req.Origin)
 	}
 	if reason := s.admitRaw(app, org, func() bool { return protocolSupportedRaw(req.Query) }); reason != CloseNone {
@@ -49,8 +50,8 @@ func (h *wsHandler) Accept(req *ws.Request, greeting []byte) ws.Decision {
 	c := &Conn{srv: s, app: app, socketID: socketID}
 	return ws.Decision{
 		Session:        c,
-		Greeting:       appendEstablished(greeting, socketID, app.cfg.ActivityTimeout),
-		MaxMessageSize: app.cfg.MaxMessageSize,
+		Greeting:       appendEstablished(greeting, socketID, app.cfg().ActivityTimeout),
+		MaxMessageSize: app.cfg().MaxMessageSize,
 	}
 }
 
@@ -87,6 +88,12 @@ func (s *Server) register(c *Conn) bool {
 	}
 	s.active.Add(1)
 	s.activeMu.Unlock()
+	if !s.admitted(app) { // removed or disabled by a reload during the handshake (apps.go)
+		s.sockets.remove(c)
+		app.conns.Add(-1)
+		s.active.Done()
+		return false
+	}
 	c.lastActivity.Store(s.now().UnixNano())
 	c.observeOpen()
 	app.stats.opened.Add(1)
@@ -102,9 +109,9 @@ func (s *Server) admitRaw(app *appState, origin string, protocolOK func() bool) 
 		return CloseServerShutdown
 	case app == nil:
 		return CloseAppNotFound
-	case !app.cfg.IsEnabled():
+	case !app.cfg().IsEnabled():
 		return CloseAppDisabled
-	case !originAllowed(origin, app.cfg.AllowedOrigins):
+	case !originAllowed(origin, app.cfg().AllowedOrigins):
 		return CloseOriginNotAllowed
 	case !protocolOK():
 		return CloseUnsupportedProtocol
@@ -114,7 +121,7 @@ func (s *Server) admitRaw(app *appState, origin string, protocolOK func() bool) 
 	if s.maxConns > 0 && s.totalConns() >= s.maxConns {
 		return CloseOverCapacity
 	}
-	if max := app.cfg.MaxConnections; max > 0 && app.conns.Add(1) > int64(max) {
+	if max := app.cfg().MaxConnections; max > 0 && app.conns.Add(1) > int64(max) {
 		app.conns.Add(-1)
 		return CloseOverQuota
 	} else if max <= 0 {
@@ -172,7 +179,7 @@ func (c *Conn) OnClose(cause ws.Cause) {
 	c.app.conns.Add(-1)
 	c.observeClose()
 	c.app.stats.closed[reason].Add(1)
-	s.log.Debug("connection closed", "app", c.app.cfg.ID, "socket_id", c.socketID, "reason", reason.String())
+	s.log.Debug("connection closed", "app", c.app.cfg().ID, "socket_id", c.socketID, "reason", reason.String())
 	s.active.Done()
 }
 
@@ -187,11 +194,11 @@ func (c *Conn) leaveAll(t onTask) {
 	for name, sub := range subs.all() {
 		c.leave(t, name, sub)
 		if sub.userID != "" {
-			s.sockets.unbindUser(c.app.cfg.ID, sub.userID, c)
+			s.sockets.unbindUser(c.app.cfg().ID, sub.userID, c)
 		}
 	}
 	if user != "" {
-		s.sockets.unbindUser(c.app.cfg.ID, user, c)
+		s.sockets.unbindUser(c.app.cfg().ID, user, c)
 	}
 	s.watch.closed(t, c) // online state and watchlist (watchlist.go)
 }
@@ -221,7 +228,7 @@ var (
 )
 
 func (c *Conn) checkActivity(now int64) {
-	cfg := c.app.cfg
+	cfg := c.app.cfg()
 	if sent := c.pingSentAt.Load(); sent != 0 {
 		if time.Duration(now-sent) >= time.Duration(cfg.ActivityTimeout)*time.Second {
 			c.closeWith(ClosePongTimeout)

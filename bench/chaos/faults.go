@@ -52,7 +52,7 @@ func (s *chaos) inject(ctx context.Context, fault string, n *node) error {
 		sleepCtx(ctx, 50*time.Millisecond)
 		n.setUp(false)
 		n.signal(syscall.SIGTERM)
-		if !n.waitExit(30 * time.Second) {
+		if !n.waitExit(time.Duration(30+s.o.drainDelay+s.o.drainPeriod) * time.Second) {
 			n.signal(syscall.SIGKILL)
 			n.waitExit(5 * time.Second)
 			return fmt.Errorf("node %d did not stop within 30 s of SIGTERM", n.i)

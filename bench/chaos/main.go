@@ -38,6 +38,8 @@ type options struct {
 	rolling                 bool
 	recovery                bool
 	clients, channels, rate int
+	// server.drain_delay and server.drain_period of the nodes (s); 0 = the node closes at once.
+	drainDelay, drainPeriod int
 }
 
 type stats struct {
@@ -78,6 +80,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout)) }
 
+// envInt is the integer in the environment variable name, 0 when unset or not a number.
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
+}
+
 func run(args []string, out io.Writer) int {
 	var o options
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
@@ -100,6 +108,8 @@ func run(args []string, out io.Writer) int {
 	fs.IntVar(&o.clients, "clients", 1000, "rolling: subscribers")
 	fs.IntVar(&o.channels, "channels", 100, "rolling: private channels the subscribers spread over")
 	fs.IntVar(&o.rate, "rate", 500, "rolling: events/s published through the HTTP API")
+	fs.IntVar(&o.drainDelay, "drain-delay", envInt("DRAIN_DELAY"), "server.drain_delay of the nodes, s (default $DRAIN_DELAY, else 0)")
+	fs.IntVar(&o.drainPeriod, "drain-period", envInt("DRAIN_PERIOD"), "server.drain_period of the nodes, s (default $DRAIN_PERIOD, else 0)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

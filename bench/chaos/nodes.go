@@ -126,7 +126,7 @@ func (o *options) writeConfig(n *node, env redisEnv, hook string) error {
 	default:
 		scaling = "redis_url: " + env["REDIS_URL"]
 	}
-	cfg := fmt.Sprintf(`server: {host: %s, port: %s, shutdown_timeout: 5}
+	cfg := fmt.Sprintf(`server: {host: %s, port: %s, shutdown_timeout: 5, drain_delay: %d, drain_period: %d}
 metrics: {enabled: true}
 scaling: {enabled: true, %s, channel: chaos, node_timeout: %d}
 apps:
@@ -142,7 +142,7 @@ apps:
     webhooks:
       - url: %s
         event_types: [member_added]
-`, host, port, scaling, o.nodeTimeout, o.recovery, hook)
+`, host, port, o.drainDelay, o.drainPeriod, scaling, o.nodeTimeout, o.recovery, hook)
 	return os.WriteFile(n.cfgPath, []byte(cfg), 0o600)
 }
 

@@ -82,7 +82,7 @@ func (s *chaos) rolling(parent context.Context) (bool, error) {
 	for _, n := range s.cl.nodes {
 		n.setUp(false)
 		n.signal(syscall.SIGTERM)
-		if !n.waitExit(20 * time.Second) {
+		if !n.waitExit(time.Duration(20+o.drainDelay+o.drainPeriod) * time.Second) {
 			return false, fmt.Errorf("node %d did not stop on SIGTERM", n.i)
 		}
 		if err := n.start(o.bin); err != nil {

@@ -94,18 +94,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	cfg, err := config.Load(*cfgPath)
+	// load is start's reading of the configuration, and SIGHUP's (reload.go).
+	load := func() (*config.Config, error) {
+		cfg, err := config.Load(*cfgPath)
+		if err != nil {
+			return nil, err
+		}
+		if *host != "" {
+			cfg.Server.Host = *host
+		}
+		if *port != 0 {
+			cfg.Server.Port = *port
+		}
+		return cfg, cfg.Validate()
+	}
+	cfg, err := load()
 	if err != nil {
-		fmt.Fprintln(stderr, "reverbgo: config:", err)
-		return 1
-	}
-	if *host != "" {
-		cfg.Server.Host = *host
-	}
-	if *port != 0 {
-		cfg.Server.Port = *port
-	}
-	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "reverbgo: config:", err)
 		return 1
 	}
@@ -124,7 +128,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		http.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
 		go func() { logger.Warn("debug server stopped", "error", http.ListenAndServe(*debugAddr, nil)) }()
 	}
-	if err := serve(cfg, logger, metrics); err != nil {
+	if err := serve(cfg, logger, metrics, load); err != nil {
 		logger.Error("server stopped", "error", err)
 		return 1
 	}
@@ -180,17 +184,18 @@ func trustedProxies(list []string) []netip.Prefix {
 	return out
 }
 
-// appDirectory gives the bridge app lookups over the validated config.
-type appDirectory struct{ cfg *config.Config }
+// appDirectory gives the bridge and MCP app lookups over the apps in effect (reload.go).
+type appDirectory struct{ live *liveConfig }
 
-func (a appDirectory) AppByID(id string) *config.App { return a.cfg.AppByID(id) }
+func (a appDirectory) AppByID(id string) *config.App { return a.live.Load().AppByID(id) }
 
-func (a appDirectory) AppByKey(key string) *config.App { return a.cfg.AppByKey(key) }
+func (a appDirectory) AppByKey(key string) *config.App { return a.live.Load().AppByKey(key) }
 
 func (a appDirectory) AllApps() []*config.App {
-	out := make([]*config.App, len(a.cfg.Apps))
-	for i := range a.cfg.Apps {
-		out[i] = &a.cfg.Apps[i]
+	cfg := a.live.Load()
+	out := make([]*config.App, len(cfg.Apps))
+	for i := range cfg.Apps {
+		out[i] = &cfg.Apps[i]
 	}
 	return out
 }
@@ -209,6 +214,11 @@ type node struct {
 	// clients finds a request's client (server.trusted_proxies) for the per-client limits.
 	clients *httpguard.Clients
 	log     *slog.Logger
+	// live is the configuration whose apps are in effect; each SIGHUP's reload replaces it
+	// and hands its apps to httpAPI (reload.go).
+	live    *liveConfig
+	reloads reloadCounts
+	httpAPI *api.API
 }
 
 func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) (*node, error) {
@@ -258,8 +268,9 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	}
 	// Stored manifests and raised revs are announced (cluster-wide with Redis) for MCP's
 	// notifications/tools/list_changed.
+	live := newLiveConfig(cfg)
 	store = bridge.WithManifestFeed(store, feed, func(appID string) bool {
-		app := cfg.AppByID(appID)
+		app := live.Load().AppByID(appID)
 		return app != nil && app.Toolmark.MCP.Enabled
 	})
 	srv := pusher.NewServer(opts)
@@ -272,7 +283,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 		Publisher: srv,
 		Sockets:   srv,
 		Webhooks:  emitter{hooks},
-		Apps:      appDirectory{cfg},
+		Apps:      appDirectory{live},
 		Logger:    logger,
 		Metrics:   metrics,
 	})
@@ -294,7 +305,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	httpAPI.Routes(e, prefix)
 	g := e.Group(prefix)
 	br.Register(g, prefix)
-	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{cfg}, Feed: feed, Logger: logger,
+	mcpSrv := mcp.New(mcp.Options{Bridge: br, Apps: appDirectory{live}, Feed: feed, Logger: logger,
 		PublicURL: cfg.Server.PublicURL, PublicHosts: cfg.Server.PublicHosts, Path: prefix,
 		TrustedProxies: trustedProxies(cfg.Server.TrustedProxies)})
 	g.Any("/toolmark/mcp", echo.WrapHandler(mcpSrv))
@@ -305,7 +316,8 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	if con != nil {
 		con.Register(e, prefix)
 	}
-	n := &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, con: con, clients: clients, log: logger}
+	n := &node{e: e, srv: srv, br: br, mcp: mcpSrv, cl: cl, mem: memStore, hooks: hooks, con: con, clients: clients, log: logger,
+		live: live, httpAPI: httpAPI}
 	registerNodeMetrics(metrics, n)
 	mountMetrics(e, cfg, metrics, logger)
 	return n, nil
@@ -379,7 +391,25 @@ func newHTTPServer(n *node, logger *slog.Logger, tlsOn bool) *http.Server {
 	return srv
 }
 
-func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) error {
+func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry, load func() (*config.Config, error)) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP) // reloads TLS certificates and apps; never stops the server
+	return serveWith(cfg, logger, metrics, lifecycle{stop: sigs, hup: hups, load: load})
+}
+
+// lifecycle is what drives a serving node from outside: the stop signals (SIGINT, SIGTERM;
+// a second one cuts the drain short), SIGHUP, and, for tests, the listening address.
+type lifecycle struct {
+	stop, hup <-chan os.Signal
+	listening func(addr net.Addr) // nil: nobody asks
+	// load reads the configuration again as start did (file, environment, flags,
+	// validation), for SIGHUP; nil: SIGHUP reloads only the TLS certificate.
+	load func() (*config.Config, error)
+}
+
+func serveWith(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry, life lifecycle) error {
 	n, err := newNode(cfg, logger, metrics)
 	if err != nil {
 		return err
@@ -419,6 +449,9 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		ln = n.srv.FastListener(ln, prefix) // WebSocket upgrades skip net/http; the rest is served below
 	}
 	logger.Info("reverbgo listening", "addr", ln.Addr().String(), "path", prefix, "tls", tlsOn, "apps", len(cfg.Apps), "version", version)
+	if life.listening != nil {
+		life.listening(ln.Addr())
+	}
 
 	errc := make(chan error, 1)
 	go func() {
@@ -429,10 +462,6 @@ func serve(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry
 		}
 	}()
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	hups := make(chan os.Signal, 1)
-	signal.Notify(hups, syscall.SIGHUP) // reloads TLS certificates; never stops the server
 wait:
 	for {
 		select {
@@ -441,17 +470,17 @@ wait:
 				return err
 			}
 			break wait
-		case <-hups:
-			if certs == nil {
-				logger.Info("SIGHUP: nothing to reload (server.tls is not set)")
-				continue
+		case <-life.hup:
+			if certs != nil {
+				certs.onSIGHUP(logger)
 			}
-			certs.onSIGHUP(logger)
-		case sig := <-sigs:
+			n.reload(life.load)
+		case sig := <-life.stop:
 			logger.Info("shutting down", "signal", sig.String())
 			break wait
 		}
 	}
+	closeHTTP := n.drain(httpSrv, life.stop, cfg.Server)
 	timeout := time.Duration(cfg.Server.ShutdownTimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -459,7 +488,7 @@ wait:
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// In-flight HTTP requests finish while the sockets close.
-	n.shutdown(ctx, func(ctx context.Context) { _ = httpSrv.Shutdown(ctx) })
+	n.shutdown(ctx, closeHTTP)
 	logger.Info("stopped")
 	return nil
 }

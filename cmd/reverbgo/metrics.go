@@ -75,6 +75,17 @@ func (c webhookCollector) Collect(ch chan<- prometheus.Metric) {
 // when scaled, the Redis broker's state.
 func registerNodeMetrics(reg prometheus.Registerer, n *node) {
 	reg.MustRegister(n.srv.Collector(), webhookCollector{n.hooks})
+	n.reloads.register(reg)
+	srv := n.srv
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "reverbgo_draining",
+		Help: "1 from the stop signal on while the node drains (server.drain_delay, server.drain_period; /up answers 503 draining), 0 otherwise.",
+	}, func() float64 {
+		if srv.Draining() {
+			return 1
+		}
+		return 0
+	}))
 	if n.cl != nil {
 		b := n.cl.broker
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

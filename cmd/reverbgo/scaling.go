@@ -35,8 +35,7 @@ type cluster struct {
 	store    *bridge.RedisStore
 	cache    *channels.RedisCache
 	history  *channels.RedisHistory // recovery channels' serials and events; nil when no app enables recovery
-	apps     []string
-	feed     *bridge.RedisFeed // manifest changes for MCP list_changed, cluster-wide
+	feed     *bridge.RedisFeed      // manifest changes for MCP list_changed, cluster-wide
 	// gone and back are set to the pusher server's MemberGone and MemberBack before
 	// presence.Start.
 	gone func(app, channel, user string)
@@ -107,9 +106,6 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{rdb: rdb, addr: addr, node: channels.NewNodeID()}
-	for i := range cfg.Apps {
-		c.apps = append(c.apps, cfg.Apps[i].ID)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), startupTimeout)
 	defer cancel()
 	if err := c.rdb.Ping(ctx).Err(); err != nil {
@@ -202,8 +198,9 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 	}
 	c.gap.Store(&gap)
 	c.occ.SetConnections(func() map[string]int64 {
-		out := make(map[string]int64, len(c.apps))
-		for _, app := range c.apps {
+		ids := srv.AppIDs() // the apps now: a reload may add some
+		out := make(map[string]int64, len(ids))
+		for _, app := range ids {
 			out[app] = int64(srv.ConnectionCount(app))
 		}
 		return out

@@ -130,6 +130,9 @@ async function startNode(opts = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'reverbgo-e2e-'));
   const apps = opts.apps || defaultApps();
   const config = opts.config || { server: { host: '127.0.0.1', ...(opts.server || {}), port: filePort }, apps };
+  // No drain on SIGTERM unless a test asks for one (server.drain_delay/drain_period default
+  // to 5 and 10 s): every stop() would otherwise wait for it.
+  config.server = { drain_delay: 0, drain_period: 0, ...(config.server || {}) };
   if (opts.scalingConfig) config.scaling = opts.scalingConfig;
   const file = path.join(dir, 'config.yaml');
   fs.writeFileSync(file, yaml(config));
@@ -160,6 +163,7 @@ async function startNode(opts = {}) {
     wsUrl: `${tls ? 'wss' : 'ws'}://127.0.0.1:${port}${prefix}`,
     apps,
     app: apps[0],
+    file, // the config file: a test may rewrite it and send SIGHUP
     proc,
     exited,
     logs: () => out,

@@ -64,7 +64,7 @@ func newHarness(t *testing.T, bin string, top *testutil.Topology, scalingKeys st
 	for range 3 {
 		addr := testutil.FreeAddr(t)
 		host, port, _ := net.SplitHostPort(addr)
-		cfg := fmt.Sprintf("server: {host: %s, port: %s}\napps:\n  - {app_id: %s, key: %s, secret: %s}\n"+
+		cfg := fmt.Sprintf("server: {host: %s, port: %s, drain_delay: 0, drain_period: 0}\napps:\n  - {app_id: %s, key: %s, secret: %s}\n"+
 			"scaling: {enabled: true, channel: %s, %s}\n", host, port, appID, appKey, appSecret, channel, scalingKeys)
 		h.nodes = append(h.nodes, testutil.StartReverbgo(t, bin, addr, cfg))
 	}
