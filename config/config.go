@@ -65,11 +65,11 @@ type Server struct {
 	// open-file limit less a reserve (NodeConnectionCap); -1 = no cap.
 	MaxConnections int `mapstructure:"max_connections"`
 	// IOUring makes each flusher write a round's sockets with io_uring: one io_uring_enter
-	// for the whole fan-out instead of a writev per socket (Linux). On by default (absent =
-	// nil = on); false = writev. Where the kernel refuses io_uring (an old kernel, a seccomp
-	// profile such as Docker's default, kernel.io_uring_disabled) writev is used and that is
-	// logged once: at Info when the key is absent, at Warn when it was set to true. A
-	// pointer: that difference is the only record of whether the operator asked for it.
+	// for the whole fan-out instead of a writev per socket (Linux). Absent (nil): io_uring
+	// when a start-up probe proves the kernel completes a SENDMSG through a ring, else
+	// writev (an old kernel, a seccomp profile such as Docker's default,
+	// kernel.io_uring_disabled), logged at Info. true: required, start-up fails when the
+	// probe does. false: writev. A pointer: absent and true differ.
 	IOUring *bool `mapstructure:"io_uring"`
 	// DrainDelay and DrainPeriod shape the drain on SIGTERM (drain.go): seconds the node keeps
 	// serving while /up answers 503 draining, then seconds over which its sockets get 4200.

@@ -98,6 +98,7 @@ var (
 	descSocketWrites   = desc("reverbgo_socket_writes_total", "Writes to WebSocket sockets: path=writev counts the flushers' non-blocking writev syscalls, path=io_uring their socket writes through io_uring (one SQE each, server.io_uring), path=blocking the batches of the blocking writer (TLS, full sockets).", "path")
 	descURingEnters    = desc("reverbgo_io_uring_enters_total", "io_uring_enter syscalls of the flushers (server.io_uring): each submits a round's io_uring socket writes and reaps them. The flushers' write syscalls are these plus reverbgo_socket_writes_total{path=\"writev\"}.")
 	descFramesWritten  = desc("reverbgo_frames_written_total", "Frames handed to socket writes; divided by reverbgo_socket_writes_total, the frames per write.")
+	descWritePath      = desc("reverbgo_write_path", "The flushers' write path: 1 for the one in use (io_uring once the start-up probe passed, writev otherwise or after io_uring was refused at run time), 0 for the other.", "path")
 	descFlushRounds    = desc("reverbgo_flusher_rounds_total", "Flusher rounds (each writes every socket with frames queued); coalesced=true counts the rounds that waited for server.write_coalesce_ms.", "coalesced")
 )
 
@@ -109,7 +110,7 @@ type collector struct{ s *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConnections, descOpened, descClosed, descRefused, descSlow,
 		descClientMessages, descRateLimited, descPublished, descDeliveries, descDeliveryBytes,
-		descChannels, descSubscriptions, descPresence, descSocketWrites, descURingEnters, descFramesWritten, descFlushRounds} {
+		descChannels, descSubscriptions, descPresence, descSocketWrites, descURingEnters, descFramesWritten, descFlushRounds, descWritePath} {
 		ch <- d
 	}
 	c.s.httpVec().Describe(ch)
@@ -165,6 +166,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- counter(descFramesWritten, w.Frames)
 	ch <- counter(descFlushRounds, w.Rounds, "false")
 	ch <- counter(descFlushRounds, w.Coalesced, "true")
+	path := s.transport.WritePath()
+	for _, p := range []string{ws.PathIOUring, ws.PathWritev} {
+		ch <- gauge(descWritePath, boolInt(p == path), p)
+	}
 	s.httpVec().Collect(ch)
 }
 
@@ -249,4 +254,11 @@ func (s *Server) HTTPMetrics(prefix string) echo.MiddlewareFunc {
 			return err
 		}
 	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

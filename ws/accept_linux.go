@@ -424,12 +424,13 @@ func (r *replayConn) CloseWrite() error {
 // fdConn is the net.Conn and syscall.RawConn of a socket upgraded by the fast path: a
 // bare non-blocking descriptor that pollers read and flushers write. The blocking writes
 // of the slow path (writeLoop, for a peer whose buffer is full) go through a duplicate in
-// Go's poller made on first need, so only such sockets pay for its registration.
+// Go's poller made when needed and closed when that writer is done (releaseSlow), so only
+// a socket being written by the slow path holds a second descriptor.
 type fdConn struct {
 	mu     sync.RWMutex // held shared while fd is used, exclusively to close it
 	fd     int
 	closed bool
-	slow   net.Conn  // the duplicate, once needed
+	slow   net.Conn  // the duplicate, while the slow path needs it
 	wdl    time.Time // write deadline for slow
 }
 
@@ -477,7 +478,27 @@ func (f *fdConn) slowConn() (net.Conn, error) {
 	}
 	_ = nc.SetWriteDeadline(f.wdl)
 	f.slow = nc
+	if testHookSlowConn != nil {
+		testHookSlowConn(f)
+	}
 	return nc, nil
+}
+
+// testHookSlowConn, set only by tests, is told of every duplicate slowConn makes (under
+// f.mu): which sockets the slow path wrote, now that their duplicates do not stay.
+var testHookSlowConn func(f *fdConn)
+
+// releaseSlow closes the blocking duplicate: the slow path's writer, which alone uses it,
+// is done. Go's poller deregisters and closes the duplicate's number only; the socket stays
+// open through fd. The next slowConn makes a new duplicate with the deadline then set.
+func (f *fdConn) releaseSlow() {
+	f.mu.Lock()
+	slow := f.slow
+	f.slow = nil
+	f.mu.Unlock()
+	if slow != nil {
+		_ = slow.Close()
+	}
 }
 
 func (f *fdConn) Write(b []byte) (int, error) {

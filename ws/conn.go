@@ -346,8 +346,14 @@ func (c *Conn) writeLoop(first net.Buffers) {
 				// cleared while this goroutine still owns the socket, then the queue is
 				// looked at again: cleared once idle, it could remove the deadline of the
 				// next slow-path writer's blocking write.
+				// A fast-path socket's blocking duplicate is closed here too: an idle
+				// connection holds one descriptor (the cap counts one per connection),
+				// and the next slow spell makes a new one.
 				c.mu.Unlock()
 				_ = c.netConn.SetWriteDeadline(time.Time{})
+				if d, ok := c.netConn.(slowReleaser); ok {
+					d.releaseSlow()
+				}
 				cleared = true
 				continue
 			}
@@ -384,6 +390,10 @@ func (c *Conn) writeLoop(first net.Buffers) {
 		}
 	}
 }
+
+// slowReleaser is a connection whose blocking writes go through a descriptor of their own
+// (fdConn's duplicate), released by the slow path's writer once it is done.
+type slowReleaser interface{ releaseSlow() }
 
 // writeBatch is the slow path's blocking write of a batch, a frame at a time: each frame's
 // bytes leave the in-flight count as soon as they are written, so the bound holds what is

@@ -1,7 +1,6 @@
 package ws
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"runtime"
@@ -43,6 +42,7 @@ type flusher struct {
 	wv      writevCall // the writev callback's state, reused: no closure per write
 	waiting bool
 	ur      *uringWriter // the io_uring write path (server.io_uring); nil: writev
+	path    *pathSwitch  // the write path shared by the server's flushers
 	log     *slog.Logger
 
 	window time.Duration         // coalescing window, 0 = off
@@ -79,40 +79,19 @@ type writeStats struct {
 // ownAdd adds n to a counter only the flusher's goroutine writes.
 func ownAdd(c *atomic.Uint64, n uint64) { c.Store(c.Load() + n) }
 
-// newFlushers makes one flusher per P. Unless uring is IOUringOff each tries to set up its
-// io_uring; a kernel that refuses (ENOSYS, EPERM from seccomp or kernel.io_uring_disabled)
-// is logged once, at Warn only when io_uring was asked for explicitly (IOUringOn), and those
-// flushers write with writev.
-func newFlushers(stop chan struct{}, window time.Duration, uring IOUringMode, log *slog.Logger) []*flusher {
-	n := runtime.GOMAXPROCS(0)
-	fs := make([]*flusher, n)
-	var firstErr error
-	failed := 0
+// newFlushers makes one flusher per P, writing with io_uring or writev as chooseWritePath
+// decides (server.io_uring and what the kernel proves it can do).
+func newFlushers(stop chan struct{}, window time.Duration, uring IOUringMode, log *slog.Logger) ([]*flusher, *pathSwitch) {
+	fs := make([]*flusher, runtime.GOMAXPROCS(0))
 	for i := range fs {
 		fs[i] = newFlusher(stop, window)
 		fs[i].log = log
-		if uring == IOUringOff {
-			continue
-		}
-		if err := fs[i].useRing(ringEntries); err != nil {
-			failed++
-			if firstErr == nil {
-				firstErr = err
-			}
-		}
 	}
-	if failed > 0 {
-		level := slog.LevelInfo
-		if uring == IOUringOn {
-			level = slog.LevelWarn
-		}
-		log.Log(context.Background(), level, "io_uring unavailable, flushers write with writev", "error", firstErr, "flushers", failed)
-	}
-	return fs
+	return fs, chooseWritePath(fs, uring, log)
 }
 
 func newFlusher(stop chan struct{}, window time.Duration) *flusher {
-	return &flusher{wake: make(chan struct{}, 1), stop: stop, iov: newIovecs(), window: max(window, 0)}
+	return &flusher{wake: make(chan struct{}, 1), stop: stop, iov: newIovecs(), window: max(window, 0), path: &pathSwitch{}}
 }
 
 // schedule puts c on the dirty list; the caller has set c.scheduled under c.mu.
@@ -185,6 +164,9 @@ func (f *flusher) run() {
 // has one (all sockets in one io_uring_enter), otherwise with a writev each. It leaves
 // round cleared (no references kept in the spare list).
 func (f *flusher) writeRound(round []*Conn) {
+	if f.ur != nil && f.path.refused.Load() {
+		f.closeRing() // another flusher's completion refused io_uring: writev from now on
+	}
 	if f.ur != nil {
 		f.ur.round(f, round)
 	} else {

@@ -31,6 +31,9 @@ type uringWriter struct {
 	msgs []unix.Msghdr
 	pend []uringWrite // the chunk's writes; an SQE's user_data is its index here
 	err  error        // a failed io_uring_enter: the ring is given up after this round
+	// refused is set when a completion refused the operation itself (ringRefused): the
+	// rest of the round is written with writev and the ring is given up after it.
+	refused bool
 }
 
 // uringWrite is one socket's write in a chunk.
@@ -74,10 +77,10 @@ func (f *flusher) closeRing() {
 func (u *uringWriter) round(f *flusher, round []*Conn) {
 	for _, c := range round {
 		fr, ok := c.raw.(*fdRaw)
-		if !ok || u.err != nil {
+		if !ok || u.err != nil || u.refused {
 			// A socket of Go's poller (upgraded through net/http): its descriptor can only
 			// be held inside a RawConn callback, not across the enter. It keeps writev (as
-			// does every socket once the ring failed).
+			// does every socket once the ring failed or was refused).
 			c.flush(f)
 			continue
 		}
@@ -130,7 +133,9 @@ func (u *uringWriter) round(f *flusher, round []*Conn) {
 		u.submit(f)
 	}
 	if u.err != nil {
-		f.log.Error("io_uring_enter failed, flusher switches to writev", "error", u.err)
+		f.path.fallback(f.log, fmt.Errorf("io_uring_enter failed: %w", u.err))
+	}
+	if u.err != nil || u.refused {
 		f.closeRing()
 	}
 }
@@ -201,9 +206,17 @@ func (u *uringWriter) finish(f *flusher, w *uringWrite) {
 		return
 	}
 	if w.res < 0 {
-		switch errno := syscall.Errno(-w.res); errno {
-		case syscall.EAGAIN, syscall.EINTR:
+		switch errno := syscall.Errno(-w.res); {
+		case errno == syscall.EAGAIN || errno == syscall.EINTR:
 			c.endFlush(batch, batch, nil) // nothing written: all of it to the slow path
+		case ringRefused(errno):
+			// The ring cannot do this (nothing was written): not the socket's fault. Its
+			// frames go out with writev, first and in order, and so does every write of
+			// every flusher from now on; no connection is closed.
+			u.refused = true
+			f.path.fallback(f.log, fmt.Errorf("SENDMSG completed with %w", errno))
+			rest, err := f.writev(c.raw, batch)
+			c.endFlush(batch, rest, err)
 		default:
 			c.endFlush(batch, nil, errno)
 		}

@@ -271,60 +271,6 @@ func TestWritePathsRoundAllocs(t *testing.T) {
 	})
 }
 
-// Where io_uring_setup fails, the server says so once and writes with writev: at Warn when
-// io_uring was asked for (server.io_uring: true), at Info when it is only the default (a
-// refusal is expected under Docker's seccomp profile). Off, no ring is tried and nothing said.
-func TestURingFallbackLogged(t *testing.T) {
-	tests := []struct {
-		mode  IOUringMode
-		level string // "" = no log line
-	}{
-		{IOUringOn, "WARN"},
-		{IOUringAuto, "INFO"},
-		{IOUringOff, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.mode.String(), func(t *testing.T) {
-			tried := 0
-			setupRing = func(uint32) (*ring, error) {
-				tried++
-				return nil, fmt.Errorf("io_uring_setup: %w", unix.EPERM)
-			}
-			t.Cleanup(func() { setupRing = newRing })
-			var logs testutil.SyncBuffer
-			h := newEchoHandler()
-			s := NewServer(Options{Handler: h, IOUring: tt.mode, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-			ts := &tserver{h: h, s: s, ts: newHTTPServer(t, s, fastTransport)}
-			w, _ := dialWire(t, ts, "echo", "")
-			if got := w.awaitEcho(t, 1<<20); len(got) != 0 {
-				t.Fatalf("unexpected frames %q", got)
-			}
-			for _, f := range s.flushers {
-				if f.ur != nil {
-					t.Fatal("a flusher has a ring the kernel refused")
-				}
-			}
-			if wc := s.WriteCounts(); wc.Writev == 0 || wc.URingEnters != 0 {
-				t.Fatalf("write counts %+v: want writev only", wc)
-			}
-			out := logs.String()
-			n := strings.Count(out, "io_uring unavailable")
-			if tt.level == "" {
-				if n != 0 || tried != 0 {
-					t.Fatalf("off: setup tried %d times, %d log lines: %s", tried, n, out)
-				}
-				return
-			}
-			if n != 1 {
-				t.Fatalf("%d log lines, want 1: %s", n, out)
-			}
-			if !strings.Contains(out, `"level":"`+tt.level+`"`) || !strings.Contains(out, "operation not permitted") {
-				t.Fatalf("want level %s and the error: %s", tt.level, out)
-			}
-		})
-	}
-}
-
 // useTestRing gives f a ring of entries (the test is skipped where io_uring is refused).
 func useTestRing(t *testing.T, f *flusher, entries uint32) {
 	t.Helper()

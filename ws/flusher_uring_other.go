@@ -16,6 +16,8 @@ func (f *flusher) useRing(uint32) error {
 
 func (f *flusher) closeRing() {}
 
+func probeURing() error { return errors.New("io_uring is Linux only") }
+
 func (u *uringWriter) round(f *flusher, round []*Conn) {
 	for _, c := range round {
 		c.flush(f)

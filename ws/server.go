@@ -76,8 +76,9 @@ type Options struct {
 	// Compression is permessage-deflate (server.compression; off when not Enabled).
 	Compression Compression
 	// IOUring (server.io_uring; Linux) makes each flusher submit a round's writes to all
-	// its sockets in one io_uring_enter instead of a writev each. Where io_uring cannot be
-	// set up it is logged once and writev is used. The zero value is IOUringOff.
+	// its sockets in one io_uring_enter instead of a writev each, once a start-up probe
+	// proved the kernel completes a SENDMSG (ProbeIOUring); else writev is used. Either
+	// way one log line names the path (WritePath). The zero value is IOUringOff.
 	IOUring IOUringMode
 }
 
@@ -89,11 +90,12 @@ type IOUringMode uint8
 const (
 	// IOUringOff writes with writev.
 	IOUringOff IOUringMode = iota
-	// IOUringAuto uses io_uring where the kernel allows it (server.io_uring absent): a
+	// IOUringAuto uses io_uring where the probe passes (server.io_uring absent): a
 	// refusal is expected in containers, so the fallback to writev is logged at Info.
 	IOUringAuto
 	// IOUringOn uses io_uring as asked for (server.io_uring: true): a refusal is logged at
-	// Warn, since the operator asked for what the kernel will not do.
+	// Warn, since the operator asked for what the kernel will not do (the server's wiring
+	// runs ProbeIOUring first and does not start).
 	IOUringOn
 )
 
@@ -123,6 +125,7 @@ type Server struct {
 	upgraderDeflate websocket.Upgrader
 
 	flushers []*flusher
+	path     *pathSwitch // the flushers' write path (writepath.go)
 	pollers  pollerSet
 
 	stop     chan struct{}
@@ -145,7 +148,7 @@ func NewServer(opts Options) *Server {
 		CheckOrigin:     func(*http.Request) bool { return true }, // the Handler judges Origin
 	}
 	s.initDeflate(opts.Compression)
-	s.flushers = newFlushers(s.stop, opts.CoalesceWindow, opts.IOUring, s.log)
+	s.flushers, s.path = newFlushers(s.stop, opts.CoalesceWindow, opts.IOUring, s.log)
 	for _, f := range s.flushers {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); f.run() }()

@@ -5,6 +5,7 @@ package ws
 import (
 	"bytes"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +67,8 @@ func TestStalledReadersDoNotDelayOthers(t *testing.T) {
 }
 
 func testStalledReadersDoNotDelayOthers(t *testing.T, tr transport) {
+	// The sockets the slow path wrote (their duplicates are closed once it is done).
+	slowed := recordSlowConns(t)
 	run := func(t *testing.T, stalled int) (delivered []int, slowPath int) {
 		h := newEchoHandler()
 		h.closed = make(chan Cause, 1024) // OnClose must not block the poller on the test
@@ -117,11 +120,9 @@ func testStalledReadersDoNotDelayOthers(t *testing.T, tr transport) {
 			}
 		}
 		for _, c := range good {
-			c.fdc.mu.Lock()
-			if c.fdc.slow != nil {
+			if slowed.has(&c.fdc) {
 				slowPath++
 			}
-			c.fdc.mu.Unlock()
 		}
 		if w := s.WriteCounts(); tr == fastURingTransport && (w.URingEnters == 0 || w.Writev != 0) {
 			t.Fatalf("write counts %+v: want the flushers' writes all through io_uring", w)
@@ -138,4 +139,28 @@ func testStalledReadersDoNotDelayOthers(t *testing.T, tr transport) {
 	if slowA != 0 || slowB != 0 {
 		t.Fatalf("readers written by the blocking writer: %d without stalled clients, %d with them", slowA, slowB)
 	}
+}
+
+// slowConns are the fdConns whose slow path made a duplicate (testHookSlowConn).
+type slowConns struct {
+	mu  sync.Mutex
+	set map[*fdConn]bool
+}
+
+func (s *slowConns) has(f *fdConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.set[f]
+}
+
+// recordSlowConns records every duplicate the slow path makes until the test ends.
+func recordSlowConns(t *testing.T) *slowConns {
+	s := &slowConns{set: make(map[*fdConn]bool)}
+	testHookSlowConn = func(f *fdConn) {
+		s.mu.Lock()
+		s.set[f] = true
+		s.mu.Unlock()
+	}
+	t.Cleanup(func() { testHookSlowConn = nil })
+	return s
 }

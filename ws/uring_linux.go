@@ -209,6 +209,9 @@ func (r *ring) sendmsg(fd int, msg *unix.Msghdr, userData uint64) error {
 		msgFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL,
 		userData: userData,
 	}
+	if TestHookURingRefuseSQE != nil && TestHookURingRefuseSQE() {
+		sqe.opcode = ioringOpInvalid
+	}
 	r.tail++
 	atomic.StoreUint32(r.sqTail, r.tail) // publishes the SQE written above
 	return nil

@@ -31,6 +31,7 @@ func TestURingSlowReaders(t *testing.T) {
 func testSlowReaders(t *testing.T, tr transport) {
 	const fast, paused, stalled = 16, 4, 3
 	const bound = 256 << 10
+	slowed := recordSlowConns(t)
 	h, ts := seqServer(t, tr, Options{MaxQueueBytes: bound})
 	pad := smallPad(16 << 10)
 	var fasts, pauseds, stalleds []*seqClient
@@ -83,10 +84,7 @@ func testSlowReaders(t *testing.T, tr transport) {
 		if s.ended.Load() {
 			t.Fatalf("slow client %d was dropped after %d frames (cause %d): the bound was not reached yet", c.id, s.sent, s.cause.Load())
 		}
-		s.c.fdc.mu.Lock()
-		slowPath := s.c.fdc.slow != nil
-		s.c.fdc.mu.Unlock()
-		if !slowPath {
+		if !slowed.has(&s.c.fdc) {
 			t.Fatalf("slow client %d never needed the slow path: the test did not fill its socket", c.id)
 		}
 	}

@@ -222,6 +222,9 @@ type node struct {
 }
 
 func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Registry) (*node, error) {
+	if err := requireIOUring(&cfg.Server); err != nil {
+		return nil, err
+	}
 	clients, err := httpguard.NewClients(cfg.Server.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("server.trusted_proxies: %w", err)

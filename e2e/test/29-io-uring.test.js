@@ -6,9 +6,10 @@
 // Each event is triggered only once every client has the previous one, so no two events
 // share a write: every delivery is its own socket write (one SQE, counted in
 // reverbgo_socket_writes_total{path="io_uring"} when its completion is reaped, or one writev).
-// Where the kernel refuses io_uring (Docker's default seccomp, kernel.io_uring_disabled) the
-// default falls back to writev with one info line: the io_uring case is skipped there, and
-// fails under CI=true, where the default write path must be the one tested.
+// Where the kernel refuses io_uring (Docker's default seccomp, kernel.io_uring_disabled, a
+// kernel whose SENDMSG the start-up probe finds refused) the default falls back to writev with
+// one info line: the io_uring case is skipped there, and fails under CI=true, where the
+// default write path must be the one tested. The start-up line names the path either way.
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { startServer, freePort } = require('../lib/server');
@@ -19,7 +20,9 @@ const { cleanup, uid, eventually } = require('../lib/util');
 const APP = { app_id: 'uring', key: 'uring-key', secret: 'uring-secret' };
 const CLIENTS = 50;
 const EVENTS = 20;
-const REFUSED = 'io_uring unavailable, flushers write with writev';
+const REFUSED = 'write path: writev (io_uring refused: ';
+const URING = 'write path: io_uring';
+const OFF = 'write path: writev (server.io_uring: false)';
 
 /** One node (never two: the counters are per node) with metrics on and the given server.* keys. */
 async function startWith(serverKeys = {}) {
@@ -36,9 +39,12 @@ async function metrics(server) {
 const uringWrites = (m) => m.get('reverbgo_socket_writes_total', { path: 'io_uring' });
 const writevWrites = (m) => m.get('reverbgo_socket_writes_total', { path: 'writev' });
 const enters = (m) => m.get('reverbgo_io_uring_enters_total');
+const writePath = (m, path) => m.get('reverbgo_write_path', { path });
 
-/** The server's "io_uring unavailable" log line, or undefined. */
-const refusal = (server) => server.logs().split('\n').find((l) => l.includes(REFUSED));
+/** The server's log line containing text, or undefined. */
+const logLine = (server, text) => server.logs().split('\n').find((l) => l.includes(text));
+/** The server's "write path: writev (io_uring refused: ...)" line, or undefined. */
+const refusal = (server) => logLine(server, REFUSED);
 
 /**
  * Connects CLIENTS pusher-js clients to one channel, triggers EVENTS events one at a time and
@@ -86,6 +92,7 @@ describe('server.io_uring absent (the default): the fan-out is written through i
       t.skip(why);
       return;
     }
+    assert.ok(logLine(server, URING), `the start-up line names the path: ${URING}`);
     let m;
     await eventually(async () => {
       m = await metrics(server);
@@ -97,6 +104,8 @@ describe('server.io_uring absent (the default): the fan-out is written through i
     assert.ok(calls >= 1, `io_uring enters rose by ${calls}`);
     assert.ok(calls <= sqes, `${calls} enters for ${sqes} SQEs: each enter carries a round's writes`);
     assert.equal(writevWrites(m), 0, 'no writev with io_uring on: every socket is the fast listener\'s');
+    assert.equal(writePath(m, 'io_uring'), 1, 'reverbgo_write_path{path="io_uring"} is 1');
+    assert.equal(writePath(m, 'writev'), 0, 'reverbgo_write_path{path="writev"} is 0');
   });
 });
 
@@ -117,6 +126,9 @@ describe('server.io_uring: false: the same fan-out is written with writev', () =
     t.diagnostic(`${deliveries} deliveries: ${writevWrites(m) - writevWrites(m0)} writev calls`);
     assert.equal(uringWrites(m), 0, 'no io_uring SQEs with io_uring off');
     assert.equal(enters(m), 0, 'no io_uring_enter with io_uring off');
-    assert.equal(refusal(server), undefined, 'off: no ring is tried, so nothing is logged about it');
+    assert.equal(refusal(server), undefined, 'off: no ring is tried, so no refusal is logged');
+    assert.ok(logLine(server, OFF), `the start-up line names the path: ${OFF}`);
+    assert.equal(writePath(m, 'writev'), 1, 'reverbgo_write_path{path="writev"} is 1');
+    assert.equal(writePath(m, 'io_uring'), 0, 'reverbgo_write_path{path="io_uring"} is 0');
   });
 });
