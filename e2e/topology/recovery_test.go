@@ -141,10 +141,15 @@ func newRecRun(t *testing.T, bin string, sc recScenario, top *testutil.Topology,
 	for range sc.nodes {
 		addr := testutil.FreeAddr(t)
 		host, port, _ := net.SplitHostPort(addr)
-		cfg := fmt.Sprintf("server: {host: %s, port: %s}\napps:\n  - {app_id: %s, key: %s, secret: %s, recovery: {enabled: true, history_size: 1000}}\n"+
+		cfg := fmt.Sprintf("server: {host: %s, port: %s, shutdown_timeout: 2}\napps:\n  - {app_id: %s, key: %s, secret: %s, recovery: {enabled: true, history_size: 1000}}\n"+
 			"scaling: {enabled: true, channel: %s, %s}\n", host, port, appID, appKey, appSecret, prefix, scalingKeys)
 		r.nodes = append(r.nodes, testutil.StartReverbgo(t, bin, addr, cfg))
 	}
+	t.Cleanup(func() { // after the subscribers closed, before each node's own cleanup
+		for _, n := range testutil.StopAll(5*time.Second, r.nodes...) {
+			t.Logf("%s did not exit within 5 s of SIGTERM (goroutine stacks in its log %s)", n.URL, n.Log)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range recSubscribers {
@@ -182,6 +187,7 @@ func newRecRun(t *testing.T, bin string, sc recScenario, top *testutil.Topology,
 		if err != nil {
 			t.Fatalf("node 4's subscriber: %v", err)
 		}
+		t.Cleanup(c.Close)
 		r.others = append(r.others, c)
 		for i := range recChannels {
 			if err := c.SubscribePrivate(ctx, appKey, appSecret, recChannel(i)); err != nil {
@@ -293,8 +299,11 @@ func nodeKill(_ context.Context, _ *testing.T, r *recRun) (time.Time, error) {
 }
 
 func runRecovery(t *testing.T, bin string, sc recScenario) {
+	began := time.Now()
 	top := testutil.StartTopology(t, sc.kind)
+	topUp := time.Since(began)
 	r := newRecRun(t, bin, sc, top, scalingKeys(top))
+	setup := time.Since(began)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	published := make(chan struct{})
@@ -329,8 +338,9 @@ func runRecovery(t *testing.T, bin string, sc recScenario) {
 			dropped++
 		}
 	}
-	t.Logf("SUMMARY recovery scenario=%s published=%d refused=%d streams=%d %v dropped_sockets=%d fault_to_moment=%s",
-		sc.name, total, refused, recSubscribers*recPerSub, v, dropped, moment.Sub(faultStart).Round(100*time.Millisecond))
+	t.Logf("SUMMARY recovery scenario=%s published=%d refused=%d streams=%d %v dropped_sockets=%d fault_to_moment=%s setup=%s (topology %s)",
+		sc.name, total, refused, recSubscribers*recPerSub, v, dropped, moment.Sub(faultStart).Round(100*time.Millisecond),
+		setup.Round(100*time.Millisecond), topUp.Round(100*time.Millisecond))
 	t.Logf("resume_failed frames: %s", r.tolds())
 	if v.silent != 0 || v.serialGaps != 0 {
 		t.Errorf("%d accepted deliveries lost in silence, %d serials skipped without a resume_failed", v.silent, v.serialGaps)
