@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,7 +148,12 @@ func newRecRun(t *testing.T, bin string, sc recScenario, top *testutil.Topology,
 	}
 	t.Cleanup(func() { // after the subscribers closed, before each node's own cleanup
 		for _, n := range testutil.StopAll(5*time.Second, r.nodes...) {
-			t.Logf("%s did not exit within 5 s of SIGTERM (goroutine stacks in its log %s)", n.URL, n.Log)
+			logs := n.Logs()
+			main := ""
+			if i := strings.Index(logs, "\ngoroutine 1 "); i >= 0 {
+				main = logs[i+1 : min(len(logs), i+1+2500)]
+			}
+			t.Logf("%s did not exit within 5 s of SIGTERM; its main goroutine:\n%s", n.URL, main)
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
