@@ -142,7 +142,7 @@ func newRecRun(t *testing.T, bin string, sc recScenario, top *testutil.Topology,
 	for range sc.nodes {
 		addr := testutil.FreeAddr(t)
 		host, port, _ := net.SplitHostPort(addr)
-		cfg := fmt.Sprintf("server: {host: %s, port: %s, shutdown_timeout: 2}\napps:\n  - {app_id: %s, key: %s, secret: %s, recovery: {enabled: true, history_size: 1000}}\n"+
+		cfg := fmt.Sprintf("server: {host: %s, port: %s, shutdown_timeout: 2, drain_delay: 0, drain_period: 0}\napps:\n  - {app_id: %s, key: %s, secret: %s, recovery: {enabled: true, history_size: 1000}}\n"+
 			"scaling: {enabled: true, channel: %s, %s}\n", host, port, appID, appKey, appSecret, prefix, scalingKeys)
 		r.nodes = append(r.nodes, testutil.StartReverbgo(t, bin, addr, cfg))
 	}
