@@ -13,7 +13,8 @@ echo "== go vet"
 go vet ./...
 
 echo "== go test -race"
-go test -race -count=1 ./...
+# e2e/topology runs its fault scenarios twice (without and with recovery): about 6 min.
+go test -race -count=1 -timeout 20m ./...
 
 echo "== allocation guards (testing.AllocsPerRun; without -race, which changes the counts)"
 # Every test whose name holds "Alloc" bounds the allocations of a hot path at its measured

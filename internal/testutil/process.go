@@ -115,6 +115,42 @@ func (p *Process) Kill() error {
 	return nil
 }
 
+// StopAll sends SIGTERM to every process at once and waits up to d for all to exit: the
+// shutdowns overlap instead of following one another as their cleanups do. Those still
+// running then get SIGQUIT (the Go runtime writes every goroutine's stack to their log) and,
+// a second later, SIGKILL; StopAll returns them.
+func StopAll(d time.Duration, ps ...*Process) (hung []*Process) {
+	for _, p := range ps {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for _, p := range ps {
+		select {
+		case <-p.exited:
+			continue
+		case <-deadline.C:
+		}
+		break
+	}
+	for _, p := range ps {
+		if !p.Exited() {
+			hung = append(hung, p)
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		}
+	}
+	if len(hung) > 0 {
+		time.Sleep(time.Second)
+	}
+	for _, p := range ps {
+		if !p.Exited() {
+			_ = p.cmd.Process.Kill()
+		}
+		<-p.exited
+	}
+	return hung
+}
+
 // Logs returns what the process has written so far.
 func (p *Process) Logs() string {
 	b, _ := os.ReadFile(p.Log)
