@@ -71,3 +71,80 @@ const (
 	codeClientEventsOff = 4301
 	codeOverCapacity    = 4100
 )
+
+// ProtoError is a pusher:error the server answers a message with, without closing the
+// connection. One table gives each its code and message, as closeInfos does for
+// CloseReason: clients and tests outside this repository match on both.
+type ProtoError int
+
+// Protocol errors.
+const (
+	ErrInvalidMessage ProtoError = iota
+	ErrClientEventPrefix
+	ErrBusy
+	ErrInvalidChannelName
+	ErrInvalidResume // sent with the reason appended (sendErrorDetail)
+	ErrUnauthorized
+	ErrInvalidChannelData
+	ErrInvalidPresenceMember
+	ErrPresenceUnavailable
+	ErrPresenceFull
+	ErrRedisUnavailable
+	ErrClientEventsDisabled
+	ErrClientEventChannel
+	ErrClientEventsNotAllowed
+	ErrClientEventNotSubscribed
+	ErrClientEventRate
+	ErrUserAuthDisabled
+	ErrInvalidSignin
+	ErrInvalidUserData // sent alone, or with the reason appended
+	ErrUserDataNoID
+	ErrRateLimited // Reverb's rate_limiting without terminate_on_limit (ratelimit.go)
+)
+
+type protoErrorInfo struct {
+	code    int
+	message string
+}
+
+var protoErrors = [...]protoErrorInfo{
+	ErrInvalidMessage:           {codeInvalidMessage, "Invalid message format"},
+	ErrClientEventPrefix:        {codeInvalidMessage, "Client events must be prefixed by 'client-'"},
+	ErrBusy:                     {codeOverCapacity, "Server is busy, try again"},
+	ErrInvalidChannelName:       {codeUnauthorized, "Invalid channel name"},
+	ErrInvalidResume:            {codeInvalidMessage, "Invalid resume"},
+	ErrUnauthorized:             {codeUnauthorized, "Connection is unauthorized"},
+	ErrInvalidChannelData:       {codeUnauthorized, "Invalid presence channel_data"},
+	ErrInvalidPresenceMember:    {codeUnauthorized, "Invalid presence user_id or user_info"},
+	ErrPresenceUnavailable:      {codeOverCapacity, "Presence is unavailable, try again"},
+	ErrPresenceFull:             {codeOverCapacity, "Presence channel is over capacity"},
+	ErrRedisUnavailable:         {codeOverCapacity, "Redis is unavailable, try again"},
+	ErrClientEventsDisabled:     {codeClientEventsOff, "The app does not have client messaging enabled."},
+	ErrClientEventChannel:       {codeInvalidMessage, "Client event needs a valid channel"},
+	ErrClientEventsNotAllowed:   {codeClientEventsOff, "Client events are not allowed on this channel"},
+	ErrClientEventNotSubscribed: {codeClientEventsOff, "Client event rejected: not subscribed to the channel"},
+	ErrClientEventRate:          {codeClientEventsOff, "Client event rate limit exceeded"},
+	ErrUserAuthDisabled:         {codeUnauthorized, "User authentication is disabled for this app"},
+	ErrInvalidSignin:            {codeUnauthorized, "Invalid signin signature"},
+	ErrInvalidUserData:          {codeUnauthorized, "Invalid user_data"},
+	ErrUserDataNoID:             {codeUnauthorized, "user_data needs an id"},
+	ErrRateLimited:              {codeRateLimited, messageRateLimited},
+}
+
+// protoErrorFrames are the table's frames, encoded once: an error costs no encoding.
+var protoErrorFrames = func() []Frame {
+	out := make([]Frame, len(protoErrors))
+	for e, info := range protoErrors {
+		out[e] = errorFrame(info.code, info.message)
+	}
+	return out
+}()
+
+// Code is the pusher:error code sent for e.
+func (e ProtoError) Code() int { return protoErrors[e].code }
+
+// Message is the text sent with e.
+func (e ProtoError) Message() string { return protoErrors[e].message }
+
+// frame is e's pusher:error frame.
+func (e ProtoError) frame() Frame { return protoErrorFrames[e] }

@@ -30,7 +30,7 @@ func (c *Conn) handle(raw []byte) {
 	}
 	m, err := DecodeClientMessage(raw)
 	if err != nil {
-		c.sendError(codeInvalidMessage, "Invalid message format")
+		c.sendError(ErrInvalidMessage)
 		return
 	}
 	if m.Event == "pusher:pong" {
@@ -44,7 +44,7 @@ func (c *Conn) handle(raw []byte) {
 			}
 		}, false) {
 			c.srv.tasksRefused.Add(1)
-			c.sendError(codeOverCapacity, "Server is busy, try again")
+			c.sendError(ErrBusy)
 		}
 		return
 	}
@@ -62,7 +62,7 @@ func (c *Conn) dispatch(at runsOn, m ClientMessage) {
 	case "pusher:unsubscribe":
 		d, err := DecodeSubscribe(m.Data)
 		if err != nil {
-			c.sendError(codeInvalidMessage, "Invalid message format")
+			c.sendError(ErrInvalidMessage)
 			return
 		}
 		c.unsubscribe(at, d.Channel)
@@ -74,17 +74,22 @@ func (c *Conn) dispatch(at runsOn, m ClientMessage) {
 			return
 		}
 		if strings.HasPrefix(m.Event, "pusher:") || strings.HasPrefix(m.Event, "pusher_internal:") {
-			c.sendError(codeInvalidMessage, "Invalid message format")
+			c.sendError(ErrInvalidMessage)
 			return
 		}
-		c.sendError(codeInvalidMessage, "Client events must be prefixed by 'client-'")
+		c.sendError(ErrClientEventPrefix)
 	}
 }
 
 var pongFrame = eventFrameNoData("pusher:pong", "")
 
-func (c *Conn) sendError(code int, message string) {
-	c.Send(errorFrame(code, message))
+func (c *Conn) sendError(e ProtoError) {
+	c.Send(e.frame())
+}
+
+// sendErrorDetail sends e with detail appended to its message ("<message>: <detail>").
+func (c *Conn) sendErrorDetail(e ProtoError, detail string) {
+	c.Send(errorFrame(e.Code(), e.Message()+": "+detail))
 }
 
 // presenceData is the channel_data of a presence subscription.
@@ -116,17 +121,17 @@ func userIDString(raw json.RawMessage) (string, bool) {
 func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 	d, err := DecodeSubscribe(data)
 	if err != nil {
-		c.sendError(codeInvalidMessage, "Invalid message format")
+		c.sendError(ErrInvalidMessage)
 		return
 	}
 	name := d.Channel
 	if !channels.ValidName(name) {
-		c.sendError(codeUnauthorized, "Invalid channel name")
+		c.sendError(ErrInvalidChannelName)
 		return
 	}
 	res, rerr := decodeResume(data) // recovery.go
 	if rerr != nil && rerr != errNoResume {
-		c.sendError(codeInvalidMessage, "Invalid resume: "+rerr.Error())
+		c.sendErrorDetail(ErrInvalidResume, rerr.Error())
 		return
 	}
 	var resume *resumeRequest
@@ -143,7 +148,7 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 		user := c.userID
 		c.subsMu.RUnlock()
 		if user == "" || name != channels.ServerToUserPrefix+user {
-			c.sendError(codeUnauthorized, "Connection is unauthorized")
+			c.sendError(ErrUnauthorized)
 			return
 		}
 	case kind.NeedsAuth():
@@ -152,18 +157,18 @@ func (c *Conn) subscribe(at runsOn, data json.RawMessage) {
 			channelData = d.ChannelData
 		}
 		if !auth.VerifyChannel(cfg.Key, cfg.Secret, c.socketID, name, channelData, d.Auth) {
-			c.sendError(codeUnauthorized, "Connection is unauthorized")
+			c.sendError(ErrUnauthorized)
 			return
 		}
 		if kind.IsPresence() {
 			var pd presenceData
 			if json.Unmarshal([]byte(d.ChannelData), &pd) != nil {
-				c.sendError(codeUnauthorized, "Invalid presence channel_data")
+				c.sendError(ErrInvalidChannelData)
 				return
 			}
 			uid, ok := userIDString(pd.UserID)
 			if !ok || len(pd.UserInfo) > maxUserInfoSize {
-				c.sendError(codeUnauthorized, "Invalid presence user_id or user_info")
+				c.sendError(ErrInvalidPresenceMember)
 				return
 			}
 			if len(pd.UserInfo) == 0 || string(pd.UserInfo) == "null" {
@@ -296,16 +301,16 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member, resum
 	}
 	members, err := s.reg.Presence().Members(ctx, cfg.ID, name)
 	if err != nil {
-		c.sendError(codeOverCapacity, "Presence is unavailable, try again")
+		c.sendError(ErrPresenceUnavailable)
 		return
 	}
 	if cfg.MaxPresenceMembers > 0 && len(members) >= cfg.MaxPresenceMembers && !hasMember(members, m.UserID) {
-		c.sendError(codeOverCapacity, "Presence channel is over capacity")
+		c.sendError(ErrPresenceFull)
 		return
 	}
 	first, err := s.reg.Presence().Join(ctx, cfg.ID, name, c.socketID, m)
 	if err != nil {
-		c.sendError(codeOverCapacity, "Presence is unavailable, try again")
+		c.sendError(ErrPresenceUnavailable)
 		return
 	}
 	b := c.holdWrites()
@@ -490,21 +495,21 @@ func (c *Conn) subscribed(name string) (subscription, bool) {
 func (c *Conn) clientEvent(m ClientMessage) {
 	cfg := c.app.cfg()
 	if cfg.AcceptClientEventsFrom == "none" {
-		c.sendError(codeClientEventsOff, "The app does not have client messaging enabled.")
+		c.sendError(ErrClientEventsDisabled)
 		return
 	}
 	kind := channels.KindOf(m.Channel)
 	if m.Channel == "" || !channels.ValidName(m.Channel) {
-		c.sendError(codeInvalidMessage, "Client event needs a valid channel")
+		c.sendError(ErrClientEventChannel)
 		return
 	}
 	if !kind.AllowsClientEvents() && !(cfg.AcceptClientEventsFrom == "all" && kind == channels.Public) {
-		c.sendError(codeClientEventsOff, "Client events are not allowed on this channel")
+		c.sendError(ErrClientEventsNotAllowed)
 		return
 	}
 	sub, member := c.subscribed(m.Channel)
 	if !member && cfg.AcceptClientEventsFrom != "all" {
-		c.sendError(codeClientEventsOff, "Client event rejected: not subscribed to the channel")
+		c.sendError(ErrClientEventNotSubscribed)
 		return
 	}
 	if limit := cfg.ClientEventsPerSecond(); limit > 0 {
@@ -515,7 +520,7 @@ func (c *Conn) clientEvent(m ClientMessage) {
 		c.rateCount++
 		if c.rateCount > limit {
 			c.app.stats.rateLimited.Add(1)
-			c.sendError(codeClientEventsOff, "Client event rate limit exceeded")
+			c.sendError(ErrClientEventRate)
 			return
 		}
 	}
@@ -541,16 +546,16 @@ func (c *Conn) clientEvent(m ClientMessage) {
 func (c *Conn) signin(at runsOn, data json.RawMessage) {
 	cfg := c.app.cfg()
 	if !cfg.UserAuthentication() {
-		c.sendError(codeUnauthorized, "User authentication is disabled for this app")
+		c.sendError(ErrUserAuthDisabled)
 		return
 	}
 	d, err := DecodeSignin(data)
 	if err != nil {
-		c.sendError(codeInvalidMessage, "Invalid message format")
+		c.sendError(ErrInvalidMessage)
 		return
 	}
 	if !auth.VerifySignin(cfg.Key, cfg.Secret, c.socketID, d.UserData, d.Auth) {
-		c.sendError(codeUnauthorized, "Invalid signin signature")
+		c.sendError(ErrInvalidSignin)
 		return
 	}
 	var ud struct {
@@ -558,17 +563,17 @@ func (c *Conn) signin(at runsOn, data json.RawMessage) {
 		Watchlist json.RawMessage `json:"watchlist"`
 	}
 	if json.Unmarshal([]byte(d.UserData), &ud) != nil {
-		c.sendError(codeUnauthorized, "Invalid user_data")
+		c.sendError(ErrInvalidUserData)
 		return
 	}
 	id, ok := userIDString(ud.ID)
 	if !ok {
-		c.sendError(codeUnauthorized, "user_data needs an id")
+		c.sendError(ErrUserDataNoID)
 		return
 	}
 	watch, err := parseWatchlist(ud.Watchlist)
 	if err != nil {
-		c.sendError(codeUnauthorized, "Invalid user_data: "+err.Error())
+		c.sendErrorDetail(ErrInvalidUserData, err.Error())
 		return
 	}
 	c.subsMu.Lock()

@@ -52,7 +52,7 @@ func (c *Conn) withinRateLimit() bool {
 			c.reason.CompareAndSwap(int32(CloseNone), int32(CloseRateLimited))
 			c.ws.End()
 		} else {
-			c.sendError(codeRateLimited, messageRateLimited)
+			c.sendError(ErrRateLimited)
 		}
 		return false
 	}

@@ -363,7 +363,7 @@ func (s *Server) startHistorySweep() {
 func (c *Conn) enqueueOrBusy(fn func(onTask)) {
 	if !c.enqueue(fn, false) {
 		c.srv.tasksRefused.Add(1)
-		c.sendError(codeOverCapacity, "Server is busy, try again")
+		c.sendError(ErrBusy)
 	}
 }
 
@@ -391,7 +391,7 @@ func (c *Conn) refuseSubscribe(name string, b *ws.Barrier) {
 	c.subsMu.Unlock()
 	c.srv.reg.Unsubscribe(c.app.cfg().ID, name, c.socketID)
 	c.observeSub(name, false)
-	b.Release(errorFrame(codeOverCapacity, "Redis is unavailable, try again"))
+	b.Release(ErrRedisUnavailable.frame())
 }
 
 // leaveRefused undoes a refused presence subscription's join (no member_added went out, so

@@ -60,7 +60,7 @@ func (c *Conn) runTask(fn func(onTask)) {
 		fn(c.localTask())
 	case !c.enqueue(fn, false):
 		c.srv.tasksRefused.Add(1)
-		c.sendError(codeOverCapacity, "Server is busy, try again")
+		c.sendError(ErrBusy)
 	}
 }
 
