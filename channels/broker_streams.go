@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -83,36 +84,60 @@ type stream struct {
 	reused  bool // a reuse was seen: fill rotates the epoch first
 	filling bool // a history read is in flight; live frames wait in held
 	held    []heldFrame
+	// seeded: the stream has a position (its first subscriber's, or its first event's).
+	seeded bool
+	// dead: the channel lost its last local subscriber (drop, under the registry's channel
+	// lock, so atomic): a fill still running delivers nothing more.
+	dead atomic.Bool
 }
 
 type heldFrame struct {
 	m     Message
 	epoch string
+	at    time.Time // when it was held
 }
 
 func newStreams(h *RedisHistory, limits func(app, ch string) (HistoryLimits, bool), told Told, log *slog.Logger, deliver func(Message) int) *streams {
 	return &streams{hist: h, limits: limits, told: told, log: log, deliver: deliver, sem: make(chan struct{}, fillParallel), m: map[key]*stream{}}
 }
 
-// Seed records a channel's position as answered to its first local subscriber (the
-// position read once this node's subscription to it was in effect). A channel that has one
-// keeps it: what it received since is newer than any read.
-func (s *streams) Seed(app, ch string, pos Position) { s.start(app, ch, pos) }
-
-// start creates the channel's stream at pos unless it has one. Once it exists every
-// recovery event of the channel goes through it: none is delivered twice.
-func (s *streams) start(app, ch string, pos Position) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m[key{app, ch}] == nil {
-		s.m[key{app, ch}] = &stream{app: app, ch: ch, epoch: pos.Epoch, last: pos.Serial}
+// want starts a recovery channel's stream, without a position yet, when it gets its first
+// local subscriber (Want, under the registry's channel lock, before any of its events can
+// reach this node): from then on every recovery event of the channel goes through it, so
+// none is delivered twice or out of order, and drop ends it.
+func (s *streams) want(app, ch string) {
+	if _, ok := s.limits(app, ch); !ok {
+		return
 	}
+	s.mu.Lock()
+	if s.m[key{app, ch}] == nil {
+		s.m[key{app, ch}] = &stream{app: app, ch: ch}
+	}
+	s.mu.Unlock()
 }
 
-// drop forgets a channel that lost its last local subscriber.
+// Seed gives a channel's stream the position its first local subscriber was answered with
+// (read once this node's subscription to it was in effect). A stream that has a position
+// keeps it: what it received since is newer than any read.
+func (s *streams) Seed(app, ch string, pos Position) {
+	st := s.get(app, ch)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	if !st.seeded {
+		st.seeded, st.epoch, st.last = true, pos.Epoch, pos.Serial
+	}
+	st.mu.Unlock()
+}
+
+// drop ends the stream of a channel that lost its last local subscriber.
 func (s *streams) drop(app, ch string) {
 	s.mu.Lock()
-	delete(s.m, key{app, ch})
+	if st := s.m[key{app, ch}]; st != nil {
+		st.dead.Store(true)
+		delete(s.m, key{app, ch})
+	}
 	s.mu.Unlock()
 }
 
@@ -126,7 +151,7 @@ func (s *streams) Known(app, ch string) (Position, bool) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return Position{Epoch: st.epoch, Serial: st.last}, true
+	return Position{Epoch: st.epoch, Serial: st.last}, st.seeded
 }
 
 func (s *streams) get(app, ch string) *stream {
@@ -139,16 +164,34 @@ func (s *streams) get(app, ch string) *stream {
 func (s *streams) receive(m Message, epoch string) {
 	st := s.get(m.AppID, m.Channel)
 	if st == nil {
-		// The channel's first event here: it starts the stream when someone took it (a
-		// subscriber waiting for its answer holds it); broadcast routing brings the others.
-		if s.deliver(m) > 0 {
-			s.start(m.AppID, m.Channel, Position{Epoch: epoch, Serial: SerialOf(m.Frame)})
-		}
+		s.deliver(m) // no local subscriber (broadcast routing brings every channel)
 		return
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if !st.seeded {
+		// Its first event here, before its first subscriber's position was read: a
+		// subscriber waiting for its answer holds it; the stream continues from it.
+		st.seeded, st.epoch, st.last = true, epoch, SerialOf(m.Frame)
+		st.remember(st.last, m.Frame)
+		s.send(st, m)
+		return
+	}
 	s.step(st, m, epoch)
+}
+
+// send delivers m unless the stream ended (st.mu held).
+func (s *streams) send(st *stream, m Message) {
+	if !st.dead.Load() {
+		s.deliver(m)
+	}
+}
+
+// tell tells the channel's sockets, unless the stream ended (st.mu held).
+func (s *streams) tell(st *stream, reason, epoch string, serial uint64) {
+	if !st.dead.Load() {
+		s.told(st.app, st.ch, reason, epoch, serial)
+	}
 }
 
 // step delivers m when it is the next serial, drops it when it was delivered, and else
@@ -156,7 +199,7 @@ func (s *streams) receive(m Message, epoch string) {
 func (s *streams) step(st *stream, m Message, epoch string) {
 	if st.filling {
 		if len(st.held) < maxHeld {
-			st.held = append(st.held, heldFrame{m, epoch})
+			st.held = append(st.held, heldFrame{m, epoch, time.Now()})
 		}
 		return // beyond the bound: fill tells the gap it leaves
 	}
@@ -167,7 +210,7 @@ func (s *streams) step(st *stream, m Message, epoch string) {
 	case epoch == st.epoch && serial == st.last+1:
 		st.last = serial
 		st.remember(serial, m.Frame)
-		s.deliver(m)
+		s.send(st, m)
 	case epoch == st.epoch && serial <= st.last && !st.reuses(serial, m.Frame):
 		// delivered already (it raced a history read)
 	case epoch == st.epoch && serial <= st.last:
@@ -178,7 +221,7 @@ func (s *streams) step(st *stream, m Message, epoch string) {
 		go s.fill(st)
 	default: // a gap, or a new epoch: read the history first
 		st.filling = true
-		st.held = append(st.held, heldFrame{m, epoch})
+		st.held = append(st.held, heldFrame{m, epoch, time.Now()})
 		go s.fill(st)
 	}
 }
@@ -194,7 +237,7 @@ func (s *streams) check() {
 	s.mu.Unlock()
 	for _, st := range all {
 		st.mu.Lock()
-		if !st.filling {
+		if st.seeded && !st.filling && !st.dead.Load() {
 			st.filling = true
 			go s.fill(st)
 		}
@@ -205,10 +248,10 @@ func (s *streams) check() {
 // fill reads what st missed from the history and delivers it in order, then what was held;
 // a gap the history cannot fill is told.
 func (s *streams) fill(st *stream) {
+	deadline := time.Now().Add(fillBound) // the bound counts the wait for a slot too
 	s.sem <- struct{}{}
 	defer func() { <-s.sem }()
 	lim, ok := s.limits(st.app, st.ch)
-	deadline := time.Now().Add(fillBound)
 	st.mu.Lock()
 	epoch, after, reused := st.epoch, st.last, st.reused
 	st.reused = false
@@ -225,9 +268,11 @@ func (s *streams) fill(st *stream) {
 		evs      []HistoryEvent
 		complete bool
 		err      error = errNoLimits
+		readAt   time.Time
 	)
-	for backoff := 50 * time.Millisecond; ok; backoff = min(2*backoff, time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), fillTimeout)
+	for backoff := 50 * time.Millisecond; ok && !st.dead.Load(); backoff = min(2*backoff, time.Second) {
+		readAt = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), min(fillTimeout, max(time.Until(deadline), 100*time.Millisecond)))
 		pos, evs, complete, err = s.hist.Since(ctx, st.app, st.ch, lim, after)
 		if err == nil && pos.Epoch != epoch {
 			// A new epoch: its events are new to every subscriber here, from its first one.
@@ -250,7 +295,7 @@ func (s *streams) fill(st *stream) {
 			h := st.held[0]
 			st.moveTo(h.epoch, max(SerialOf(h.m.Frame), 1)-1)
 		}
-		s.told(st.app, st.ch, ResumeTooOld, st.epoch, st.last)
+		s.tell(st, ResumeTooOld, st.epoch, st.last)
 	case pos.Epoch != epoch:
 		first := pos.Serial
 		if complete && len(evs) > 0 {
@@ -259,11 +304,11 @@ func (s *streams) fill(st *stream) {
 			first = pos.Serial
 		}
 		st.moveTo(pos.Epoch, first)
-		s.told(st.app, st.ch, ResumeEpochChanged, pos.Epoch, first)
+		s.tell(st, ResumeEpochChanged, pos.Epoch, first)
 		s.replay(st, evs)
 	case !complete:
 		st.last = pos.Serial
-		s.told(st.app, st.ch, ResumeTooOld, pos.Epoch, pos.Serial)
+		s.tell(st, ResumeTooOld, pos.Epoch, pos.Serial)
 	default:
 		s.replay(st, evs)
 	}
@@ -274,6 +319,12 @@ func (s *streams) fill(st *stream) {
 			st.held = append(st.held, held[i:]...)
 			break
 		}
+		if err == nil && h.epoch != st.epoch && h.at.Before(readAt) && !slices.Contains(st.retired, h.epoch) {
+			// Held before the read that found the channel at st.epoch: an epoch it left
+			// (its loss was told), not a newer one.
+			st.retire(h.epoch)
+			continue
+		}
 		s.step(st, h.m, h.epoch)
 	}
 	if len(held) >= maxHeld && !st.filling {
@@ -283,15 +334,25 @@ func (s *streams) fill(st *stream) {
 	}
 }
 
-// moveTo sets the position, retiring the epoch it leaves (st.mu held).
+// moveTo sets the position, retiring the epoch it leaves (st.mu held). The frames kept
+// for telling a reused serial are the old epoch's: forgotten.
 func (st *stream) moveTo(epoch string, serial uint64) {
-	if epoch != st.epoch && st.epoch != "" {
-		st.retired = append(st.retired, st.epoch)
-		if len(st.retired) > 4 {
-			st.retired = st.retired[1:]
-		}
+	if epoch != st.epoch {
+		st.retire(st.epoch)
+		st.recent = [recentFrames]recentFrame{}
 	}
 	st.epoch, st.last = epoch, serial
+}
+
+// retire records an epoch the channel left (the last few).
+func (st *stream) retire(epoch string) {
+	if epoch == "" {
+		return
+	}
+	st.retired = append(st.retired, epoch)
+	if len(st.retired) > 4 {
+		st.retired = st.retired[1:]
+	}
 }
 
 // replay delivers the history's events above st.last in order (st.mu held).
@@ -302,6 +363,6 @@ func (s *streams) replay(st *stream, evs []HistoryEvent) {
 		}
 		st.last = ev.Serial
 		st.remember(ev.Serial, ev.Frame)
-		s.deliver(Message{AppID: st.app, Channel: st.ch, Frame: ev.Frame, Except: ev.Except, Recovery: &serialled})
+		s.send(st, Message{AppID: st.app, Channel: st.ch, Frame: ev.Frame, Except: ev.Except, Recovery: &serialled})
 	}
 }

@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -204,7 +205,7 @@ func (b *RedisBroker) send(batch []outbound) error {
 	defer cancel()
 	pipe := b.rc.Pipeline()
 	var scripts []*redis.Cmd
-	var appended []outbound
+	var scripted []int // batch index of each script
 	for i := range batch {
 		o := &batch[i]
 		serialled := o.m.Recovery != nil && b.hist != nil
@@ -229,7 +230,7 @@ func (b *RedisBroker) send(batch []outbound) error {
 		case serialled:
 			scripts = append(scripts, b.hist.AppendCmd(ctx, pipe, o.m.AppID, o.m.Channel, *o.m.Recovery, o.m.Except, o.m.Frame, to, o.env, b.node, o.seq,
 				b.known(o.m.AppID, o.m.Channel)))
-			appended = append(appended, *o)
+			scripted = append(scripted, i)
 		case b.rc.Sharded():
 			pipe.SPublish(ctx, to, o.env)
 		default:
@@ -237,17 +238,29 @@ func (b *RedisBroker) send(batch []outbound) error {
 		}
 	}
 	_, err := pipe.Exec(ctx)
+	loaded := false
 	for i, c := range scripts {
+		o := &batch[scripted[i]]
 		if pos, _, aerr := HistoryAppendedAt(c); aerr == nil && pos.Serial > 0 {
-			b.sawAppended(appended[i].m, pos)
+			b.sawAppended(o.m, pos)
 		}
-		if IsNoScript(c.Err()) {
+		var rerr redis.Error
+		if cerr := c.Err(); cerr != nil && errors.As(cerr, &rerr) {
+			// Redis answered with an error: the script did not run. The retry sends it under
+			// a new sequence number, above the later ones of this batch that did run and
+			// that every receiver has seen (the same number would be dropped as old).
+			if err == nil {
+				err = cerr
+			}
+			o.env = nil
+		}
+		if IsNoScript(c.Err()) && !loaded {
 			// This Redis lost its script cache (a restart, a failover): load the scripts; the
 			// writer retries the batch, and the scripts skip what already ran (node, seq).
 			if lerr := LoadScripts(ctx, b.rc); lerr != nil {
 				b.warn("loading the history scripts failed", lerr)
 			}
-			break
+			loaded = true
 		}
 	}
 	return err

@@ -129,6 +129,10 @@ type MemoryHistory struct {
 	mu    sync.Mutex
 	chans map[key]*memHistory
 	now   func() time.Time
+	// OnNewEpoch, when set, hears that a channel's history expired and it took a new epoch
+	// (under the channel's lock, before the event that found it is appended): its
+	// connected sockets are told (pusher's live resume_failed). Set it before use.
+	OnNewEpoch func(app, ch, epoch string)
 }
 
 type memHistory struct {
@@ -162,6 +166,9 @@ func (h *MemoryHistory) channel(app, ch string, lim HistoryLimits) *memHistory {
 	c.mu.Lock()
 	if lim.TTL > 0 && now.Sub(c.last) > lim.TTL { // its events are gone: a new epoch
 		c.epoch, c.serial, c.events, c.head, c.last = NewEpoch(), 0, nil, 0, now
+		if h.OnNewEpoch != nil {
+			h.OnNewEpoch(app, ch, c.epoch)
+		}
 	}
 	return c
 }

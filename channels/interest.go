@@ -139,6 +139,9 @@ func (r *router) wanted(c *routeConn) []string {
 
 // Want implements Router.
 func (b *RedisBroker) Want(app, ch string) {
+	if st := b.streams.Load(); st != nil {
+		st.want(app, ch) // before any of its events can reach this node
+	}
 	r := b.router
 	if r == nil {
 		return

@@ -323,3 +323,41 @@ func TestPublishAckedOrderAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoveryEventRetriedAfterNoScript (issue 31): a Redis that lost its script cache
+// answers a batch's recovery append NOSCRIPT while the batch's later plain publish runs; the
+// receivers have then seen the later sequence number. The retried append must still reach
+// the other node's subscriber: it is sent under a new sequence number. Before, it was
+// appended and published under its old one and every receiver dropped it as already seen.
+func TestRecoveryEventRetriedAfterNoScript(t *testing.T) {
+	ctx := context.Background()
+	lim := channels.HistoryLimits{Size: 100, TTL: time.Minute}
+	pub, sub, direct, _, hist, _ := recoveryPair(t, lim)
+	sink, plain := &channelstest.Sink{ID: "1.1"}, &channelstest.Sink{ID: "1.1"}
+	subscribeAt(t, sub, hist, lim, "rec", sink)
+	sub.reg.Subscribe("app", "plain", plain)
+	if err := sub.reg.AwaitRouted(ctx, "app", "plain"); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.ScriptFlush(ctx).Err(); err != nil { // the scripts are gone (a restart, a failover)
+		t.Fatal(err)
+	}
+	// Writes wait a moment, so the next publishes queue behind the first and go in one batch.
+	if err := direct.Do(ctx, "CLIENT", "PAUSE", "300", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = pub.reg.PublishAll(ctx, []channels.Message{{AppID: "app", Channel: "plain", Frame: []byte("x")}})
+	time.Sleep(50 * time.Millisecond) // the writer is now waiting on the paused Redis
+	recLim := lim
+	if err := pub.reg.PublishAll(ctx, []channels.Message{
+		{AppID: "app", Channel: "rec", Frame: ws.TextFrame([]byte(`{"event":"e","channel":"rec","data":"1"}`)), Cacheable: true, Recovery: &recLim},
+		{AppID: "app", Channel: "plain", Frame: []byte("y")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	plain.WaitFor(t, "the plain publishes", func(f []string) bool { return len(f) == 2 })
+	sink.WaitFor(t, "the recovery event, retried after NOSCRIPT", func(f []string) bool { return len(f) == 1 })
+	if got := serials(sink.Frames()); !equalSerials(got, 1) {
+		t.Fatalf("serials %v, want 1", got)
+	}
+}

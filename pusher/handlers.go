@@ -318,7 +318,7 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member, resum
 	count, added := s.reg.Subscribe(cfg.ID, name, to)
 	c.addSub(name, subscription{userID: m.UserID})
 	s.sockets.bindUser(cfg.ID, m.UserID, c)
-	if rec != nil && !c.recoveryRouted(t, name) {
+	if rec != nil && added && !c.recoveryRouted(t, name) { // a repeat keeps its subscription
 		c.refuseSubscribe(name, b)
 		c.leaveRefused(t, name, m)
 		return

@@ -202,21 +202,23 @@ func (r *recoverySub) Send(frame []byte) {
 		r.held = append(r.held, frame)
 		return
 	}
-	r.pass(frame)
+	if r.pass(frame) {
+		r.open.Store(true) // after the send: a later frame cannot overtake it
+	}
 }
 
 // pass sends frame unless its serial is at or below pos (mu held). A live resume_failed
 // (the node told a gap or a new epoch) opens the filter: the serials that follow it are
 // counted from the position it names, not from pos.
-func (r *recoverySub) pass(frame []byte) {
+// It reports whether the filter may open now (the caller opens it once nothing it holds
+// is left to send).
+func (r *recoverySub) pass(frame []byte) bool {
 	s := channels.SerialOf(frame)
 	if s != 0 && s <= r.pos {
-		return
-	}
-	if s > r.pos || (s == 0 && isResumeFailed(frame)) {
-		r.open.Store(true)
+		return false
 	}
 	r.c.Send(frame)
+	return s > r.pos || (s == 0 && isResumeFailed(frame))
 }
 
 // isResumeFailed reports whether frame is a pusher:resume_failed (ToldGap's frame).
@@ -231,10 +233,16 @@ func (r *recoverySub) position(serial uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.set, r.pos = true, serial
+	open := false
 	for _, f := range r.held {
-		r.pass(f)
+		open = r.pass(f) || open
 	}
 	r.held = nil
+	if open {
+		// Only now: a frame delivered meanwhile waited for mu instead of overtaking the
+		// held ones.
+		r.open.Store(true)
+	}
 }
 
 // positionFrame is subscription_succeeded with the channel's position as top-level fields.
@@ -312,9 +320,12 @@ func (c *Conn) recoveryFrames(t onTask, name, data string, r *config.Recovery, s
 	c.srv.reg.SeedPosition(app, name, pos)
 	frames := [][]byte{positionFrame(name, data, pos)}
 	switch {
-	case pos.Epoch != res.Epoch || res.Serial > pos.Serial:
-		// Another epoch, or a serial this epoch never gave: the client's events are not
-		// this history's (Redis lost appends it had answered, or was replaced).
+	case pos.Epoch != res.Epoch:
+		// Another epoch: the client's events are not this history's. Its events are new to
+		// the client: told from where the history holds them, then replayed up to pos.
+		return append(frames, c.newEpochFrames(t, name, lim, pos)...)
+	case res.Serial > pos.Serial:
+		// A serial this epoch never gave (Redis lost appends it had answered).
 		return append(frames, resumeFailedFrame(name, resumeEpochChanged, pos))
 	case !complete:
 		return append(frames, resumeFailedFrame(name, resumeTooOld, pos))
@@ -326,6 +337,28 @@ func (c *Conn) recoveryFrames(t onTask, name, data string, r *config.Recovery, s
 		frames = append(frames, ev.Frame)
 	}
 	return frames
+}
+
+// newEpochFrames is what a resume from another epoch gets after subscription_succeeded at
+// pos: resume_failed epoch_changed at the position before the current epoch's first kept
+// event, then its kept events up to pos (later ones arrive live), or, when the epoch's
+// start is no longer kept, resume_failed at pos alone.
+func (c *Conn) newEpochFrames(t onTask, name string, lim channels.HistoryLimits, pos channels.Position) [][]byte {
+	p0, evs, complete, err := c.srv.history.Since(t.ctx, c.app.cfg().ID, name, lim, 0)
+	if err != nil || !complete || p0.Epoch != pos.Epoch {
+		return [][]byte{resumeFailedFrame(name, resumeEpochChanged, pos)}
+	}
+	out := [][]byte{resumeFailedFrame(name, resumeEpochChanged, channels.Position{Epoch: pos.Epoch})}
+	for _, ev := range evs {
+		if ev.Serial > pos.Serial {
+			break
+		}
+		if ev.Except != "" && ev.Except == c.socketID {
+			continue
+		}
+		out = append(out, ev.Frame)
+	}
+	return out
 }
 
 // historySweep is how often a memory history drops channels idle past their TTL.

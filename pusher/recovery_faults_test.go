@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/config"
 )
 
 // stallableNode is one scaled node with recovery on every channel on its own redis-server,
@@ -114,5 +116,68 @@ func TestRecoverySubscribeRefusedWhileRedisStalls(t *testing.T) {
 			t.Fatalf("after Redis is back: %s", ev.raw)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRecoveryTTLExpiryToldOnOneNode (issue 31): on one node (the memory history) a channel
+// whose history expired takes a new epoch; a socket that stayed subscribed is told
+// (resume_failed epoch_changed at serial 0 of the new epoch) before the new epoch's serial 1,
+// so a client that had seen serial 1 of the old epoch does not drop it. Before, nothing was
+// told.
+func TestRecoveryTTLExpiryToldOnOneNode(t *testing.T) {
+	ts := newServer(t, withApp(func(a *config.App) {
+		a.Recovery = config.Recovery{Enabled: true, HistorySize: 10, HistoryTTL: 1, Channels: []string{"*"}}
+	}))
+	c := ts.connect(t)
+	old := positionOf(t, c.subscribe("orders")).Epoch
+	ts.apiPublish(t, "orders", "e", "old", "")
+	if ev := c.waitEvent("e", "orders"); *positionOf(t, ev).Serial != 1 {
+		t.Fatalf("got %s", ev.raw)
+	}
+	time.Sleep(1100 * time.Millisecond) // past history_ttl: the history expires
+	ts.apiPublish(t, "orders", "e", "new", "")
+	told := c.next()
+	var d struct {
+		Reason string `json:"reason"`
+		Epoch  string `json:"epoch"`
+		Serial uint64 `json:"serial"`
+	}
+	if told.Event != "pusher:resume_failed" {
+		t.Fatalf("got %s, want resume_failed first", told.raw)
+	}
+	told.dataInto(t, &d)
+	if d.Reason != "epoch_changed" || d.Epoch == old || d.Epoch == "" || d.Serial != 0 {
+		t.Fatalf("told %s", told.raw)
+	}
+	if ev := c.next(); ev.Event != "e" || *positionOf(t, ev).Serial != 1 || ev.dataString(t) != "new" {
+		t.Fatalf("after the told frame got %s", ev.raw)
+	}
+}
+
+// TestRecoveryResumeIntoANewEpochReplaysIt (issue 31): a resume naming an epoch the channel
+// left gets resume_failed epoch_changed at serial 0 of the current epoch and then the
+// current epoch's kept events, up to the position it was answered with. Before, the
+// resume_failed named the current position and those events were reported lost.
+func TestRecoveryResumeIntoANewEpochReplaysIt(t *testing.T) {
+	ts := newServer(t, withRecovery(100, "*"))
+	w := ts.connect(t)
+	epoch := positionOf(t, w.subscribe("orders")).Epoch
+	for i := 1; i <= 3; i++ {
+		ts.apiPublish(t, "orders", "e", strconv.Itoa(i), "")
+	}
+	c := ts.connect(t)
+	c.subscribeResume("orders", map[string]any{"epoch": "an-old-epoch", "serial": 7})
+	ok := c.waitEvent("pusher_internal:subscription_succeeded", "orders")
+	if p := positionOf(t, ok); *p.Serial != 3 || p.Epoch != epoch {
+		t.Fatalf("answered %s", ok.raw)
+	}
+	want := `{"event":"pusher:resume_failed","channel":"orders","data":"{\"reason\":\"epoch_changed\",\"epoch\":\"` + epoch + `\",\"serial\":0}"}`
+	if ev := c.next(); string(ev.raw) != want {
+		t.Fatalf("got %s, want %s", ev.raw, want)
+	}
+	for i := 1; i <= 3; i++ {
+		if ev := c.next(); ev.Event != "e" || *positionOf(t, ev).Serial != uint64(i) {
+			t.Fatalf("replay %d: %s", i, ev.raw)
+		}
 	}
 }

@@ -243,20 +243,30 @@ func TestRecoveryRacingPublishNotDuplicated(t *testing.T) {
 	ts := newServer(t, withRecovery(100, "*"), withOptions(func(o *Options) { o.History = h }))
 	srv.Store(ts)
 	c := ts.connect(t)
-	c.subscribeResume("orders", map[string]any{"epoch": "unknown", "serial": 0}) // a first Since: epoch changed
-	c.waitEvent("pusher_internal:subscription_succeeded", "orders")
+	// A first Since (epoch changed), then the new epoch's replay from 0 (a second Since):
+	// raced-1 is at the position and replayed, raced-2 comes after it, live; each once.
+	c.subscribeResume("orders", map[string]any{"epoch": "unknown", "serial": 0})
+	ok := c.waitEvent("pusher_internal:subscription_succeeded", "orders")
+	if p := positionOf(t, ok); *p.Serial != 1 {
+		t.Fatalf("position %s, want serial 1", ok.raw)
+	}
 	if ev := c.next(); ev.Event != "pusher:resume_failed" {
 		t.Fatalf("got %s", ev.raw)
 	}
-	c.expectNone("e", "orders") // the raced event is at the position, not after it
+	for want := uint64(1); want <= 2; want++ {
+		if ev := c.next(); ev.Event != "e" || *positionOf(t, ev).Serial != want {
+			t.Fatalf("got %s, want serial %d", ev.raw, want)
+		}
+	}
+	c.expectNone("e", "orders")
 	c2 := ts.connect(t)
 	pos, _ := h.Position(t.Context(), ts.app.ID, "orders", channels.HistoryLimits{Size: 100, TTL: time.Minute})
 	c2.subscribeResume("orders", map[string]any{"epoch": pos.Epoch, "serial": 0})
-	ok := c2.waitEvent("pusher_internal:subscription_succeeded", "orders")
-	if p := positionOf(t, ok); *p.Serial != 2 {
-		t.Fatalf("position %s, want serial 2", ok.raw)
+	ok = c2.waitEvent("pusher_internal:subscription_succeeded", "orders")
+	if p := positionOf(t, ok); *p.Serial != 3 {
+		t.Fatalf("position %s, want serial 3", ok.raw)
 	}
-	for want := uint64(1); want <= 2; want++ {
+	for want := uint64(1); want <= 3; want++ {
 		if ev := c2.next(); *positionOf(t, ev).Serial != want {
 			t.Fatalf("got %s, want serial %d", ev.raw, want)
 		}

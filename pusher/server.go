@@ -135,6 +135,10 @@ func NewServer(opts Options) *Server {
 	s.history = newHistory(s.cfg, opts.History, s.remote)
 	if mb, ok := s.reg.Broker().(*channels.MemoryBroker); ok && s.history != nil {
 		mb.SetHistory(s.history) // it gives recovery messages their serial (recovery.go)
+		if mh, ok := s.history.(*channels.MemoryHistory); ok {
+			// A channel whose history expired takes a new epoch: its sockets are told.
+			mh.OnNewEpoch = func(app, ch, epoch string) { s.ToldGap(app, ch, channels.ResumeEpochChanged, epoch, 0) }
+		}
 	}
 	if s.remote {
 		t := s.cfg.Scaling.PublishTimeout

@@ -23,8 +23,17 @@ if not epoch then
   -- The history may have been lost (keys expired, Redis restarted): a new epoch, from 0.
   epoch = ARGV[3]
   redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
-  redis.call('SET', KEYS[2], epoch)
-elseif ARGV[11] ~= '' and epoch == ARGV[11] then
+  redis.call('SET', KEYS[2], epoch, 'EX', ttl)
+end
+if ARGV[9] ~= '' then
+  local last = redis.call('HGET', KEYS[4], ARGV[9])
+  if last and tonumber(last) >= tonumber(ARGV[10]) then
+    return {0, '', epoch}
+  end
+  redis.call('HSET', KEYS[4], ARGV[9], ARGV[10])
+  redis.call('EXPIRE', KEYS[4], ttl)
+end
+if ARGV[11] ~= '' and epoch == ARGV[11] then
   local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
   local seen = tonumber(ARGV[12])
   if cur < seen then
@@ -35,16 +44,8 @@ elseif ARGV[11] ~= '' and epoch == ARGV[11] then
         redis.call('RPUSH', KEYS[3], '-')
       end
     end
-    redis.call('SET', KEYS[1], seen)
+    redis.call('SET', KEYS[1], seen) -- the EXPIREs below follow on every path from here
   end
-end
-if ARGV[9] ~= '' then
-  local last = redis.call('HGET', KEYS[4], ARGV[9])
-  if last and tonumber(last) >= tonumber(ARGV[10]) then
-    return {0, '', epoch}
-  end
-  redis.call('HSET', KEYS[4], ARGV[9], ARGV[10])
-  redis.call('EXPIRE', KEYS[4], ttl)
 end
 local n = redis.call('INCR', KEYS[1])
 local p = ARGV[5] .. ',"serial":' .. n .. '}'
