@@ -49,10 +49,13 @@ func drainRun(ws []*workerProc, n *nodeProc, addr string, total int64, logf func
 		}
 	}()
 	exited := false
+	exitedC := n.exited
+	progress := time.Now()
 	for time.Since(start) < 3*time.Minute {
 		select {
-		case <-n.exited:
-			exited = true
+		case <-exitedC:
+			exited, exitedC = true, nil // closed: stop selecting it, or the loop spins
+			logf("  node 0 exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
 		case m, ok := <-marks:
 			if ok {
 				got = append(got, m)
@@ -62,6 +65,10 @@ func drainRun(ws []*workerProc, n *nodeProc, addr string, total int64, logf func
 		}
 		_, r := sums(ws)
 		samples = append(samples, sample{time.Now(), r})
+		if time.Since(progress) >= 5*time.Second {
+			progress = time.Now()
+			logf("  %s after SIGTERM: %d of %d subscribed, %d reconnects", time.Since(start).Round(time.Second), subscribed(ws), total, r-rec0)
+		}
 		if exited && subscribed(ws) == total {
 			break
 		}
