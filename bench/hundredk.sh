@@ -9,7 +9,7 @@
 # reach every socket. Measure only on a quiet machine (../shared/bench/quiet.sh).
 #
 #   bench/hundredk.sh                       # any flag of bench/hundredk: --per-node, --nodes, --marks
-#   bench/hundredk.sh --nodes 3 --per-node 15000 --stop term --drain-delay 5 --drain-period 10
+#   bench/hundredk.sh --nodes 3 --per-node 12000 --stop term --drain-delay 0 --drain-period 10
 #                                           # a drain seen from the survivors (issue 32)
 set -euo pipefail
 cd "$(dirname "$0")/.."
