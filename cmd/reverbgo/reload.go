@@ -48,8 +48,8 @@ func (n *node) reload(load func() (*config.Config, error)) {
 	}
 	next, err := load()
 	if err != nil {
-		n.reloads.failed.Add(1)
 		n.log.Error("config reload failed; keeping the running config", "error", err)
+		n.reloads.failed.Add(1) // after the line: who sees the count finds its cause logged
 		return
 	}
 	started := n.live.Load()
@@ -72,8 +72,8 @@ func (n *node) reload(load func() (*config.Config, error)) {
 		}
 	}
 	if err := applied.Validate(); err != nil { // and it rebuilds the id and key indexes
-		n.reloads.failed.Add(1)
 		n.log.Error("config reload failed; keeping the running config", "error", err)
+		n.reloads.failed.Add(1) // after the line: who sees the count finds its cause logged
 		return
 	}
 	if len(keys) > 0 {
@@ -83,9 +83,9 @@ func (n *node) reload(load func() (*config.Config, error)) {
 	n.httpAPI.SetApps(applied.Apps)
 	n.hooks.SetApps(applied.Apps)
 	n.live.Store(&applied)
-	n.reloads.ok.Add(1)
 	n.log.Info("config reloaded", "apps", len(applied.Apps), "added", ch.Added, "removed", ch.Removed,
 		"changed", ch.Changed, "disabled", ch.Disabled, "enabled", ch.Enabled)
+	n.reloads.ok.Add(1)
 }
 
 // restartKeys names the keys outside apps whose value differs between the running and the
