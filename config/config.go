@@ -151,7 +151,7 @@ type Scaling struct {
 	// Routing is how publishes travel between nodes (default "interest"): "interest" sends a
 	// channel's publishes only to the nodes with a subscriber of it and spreads the channels'
 	// keys over Redis Cluster slots; "broadcast" is the single pub/sub channel and single hash
-	// tag of earlier versions, to roll a cluster of them (see README).
+	// tag of earlier versions, to roll a cluster of them (see docs/scaling.md).
 	Routing string `mapstructure:"routing"`
 	// WebhookLease is how many seconds a node owns a webhook URL's outbox without renewing
 	// it (default 15): a node that dies while delivering is taken over after at most this
