@@ -145,7 +145,7 @@ func (s *chaos) agent(ctx context.Context, p *page) {
 		if w := s.t.lastWipe(); !w.IsZero() && ready.Before(w) && strings.Contains(string(b), "No page is connected") {
 			// Redis restarted empty after the page posted its manifest: the manifest is gone
 			// until the page posts one again (its next reload); the protocol has no message
-			// that asks a page for it. Counted apart, not as a failure (README, "Redis").
+			// that asks a page for it. Counted apart, not as a failure (docs/scaling.md, "Redis restarted empty").
 			s.bridge.wiped.Add(1)
 			continue
 		}

@@ -102,7 +102,7 @@ async function pagePost(server, conv, message, headers = {}) {
  * A simulated page: Echo logged in as `token`, subscribed to toolmark.{user}.{conv} and
  * listening for `.toolmark.message`; post() sends like echoTransport (raw JSON body, the
  * Laravel-ish headers, X-Socket-ID = Echo.socketId()) plus the page token the server sent as
- * `.toolmark.session` (the two lines the README shows: listen, then the header).
+ * `.toolmark.session` (the two lines docs/bridge.md shows: listen, then the header).
  */
 async function openPage(server, { authApp, token, user, conv, app = server.app, clientId = newClientId() }) {
   const echo = await echoClient(server, { authApp, token, app });

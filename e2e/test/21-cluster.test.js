@@ -1,5 +1,5 @@
 'use strict';
-// Three built binaries as one server on each real Redis topology the README documents
+// Three built binaries as one server on each real Redis topology docs/scaling.md documents
 // (standalone, Sentinel, a three-master Redis Cluster; started by scripts/redis-topologies.sh),
 // driven with pusher-js and the `pusher` SDK: every HTTP API answer is cluster-wide whichever
 // node is asked, cache channels replay across nodes, a SIGKILLed node is cleaned within
