@@ -33,16 +33,13 @@ func BenchmarkPusher(b *testing.B) {
 		{"sonic", SonicPusher{}}, {"std", StdPusher{}}}, PusherDecoder.Decode)
 }
 
+// BenchmarkPage has no std variant: bridge's own BenchmarkDecodePageMessage compares ours with
+// the encoding/json reference, which is unexported.
 func BenchmarkPage(b *testing.B) {
 	inputs, err := PageInputs()
 	if err != nil {
 		b.Fatal(err)
 	}
 	benchDecoders(b, inputs, []impl[PageDecoder]{{"ours", OursPage{}}, {"fastjson", &FastjsonPage{}},
-		{"sonic", SonicPage{}}, {"std", RefPage{}}}, PageDecoder.Decode)
-}
-
-func BenchmarkCall(b *testing.B) {
-	benchDecoders(b, CallInputs, []impl[CallDecoder]{{"ours", OursCall{}}, {"fastjson", &FastjsonCall{}},
-		{"sonic", SonicCall{}}, {"std", RefCall{}}}, CallDecoder.Decode)
+		{"sonic", SonicPage{}}}, PageDecoder.Decode)
 }

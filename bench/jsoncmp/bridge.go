@@ -24,12 +24,6 @@ type OursPage struct{}
 
 func (OursPage) Decode(b []byte) (*bridge.PageMessage, error) { return bridge.DecodePageMessage(b) }
 
-// RefPage is the reference decoder alone (encoding/json, several passes; no fast path).
-type RefPage struct{}
-
-func (RefPage) Decode(b []byte) (*bridge.PageMessage, error) {
-	return bridge.ReferenceDecodePageMessage(b)
-}
 
 // okResult builds the PageMessage of a result with status ok, with Result canonical as
 // json.Marshal of the validated member map makes it: sorted keys, compacted, HTML-escaped.
@@ -98,7 +92,7 @@ func (SonicPage) Decode(b []byte) (*bridge.PageMessage, error) {
 	if m, ok := sonicFast(b); ok {
 		return m, nil
 	}
-	return bridge.ReferenceDecodePageMessage(b)
+	return bridge.DecodePageMessage(b) // what a variant declines: the server's decoder (the reference behind it)
 }
 
 func sonicFast(b []byte) (*bridge.PageMessage, bool) {
@@ -130,7 +124,7 @@ func (d *FastjsonPage) Decode(b []byte) (*bridge.PageMessage, error) {
 	if m, ok := d.fast(b); ok {
 		return m, nil
 	}
-	return bridge.ReferenceDecodePageMessage(b)
+	return bridge.DecodePageMessage(b) // what a variant declines: the server's decoder (the reference behind it)
 }
 
 func (d *FastjsonPage) fast(b []byte) (*bridge.PageMessage, bool) {

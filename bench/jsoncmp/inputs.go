@@ -172,38 +172,3 @@ var pageEdgeCases = []string{
 	`{"protocol":1,"type":"result","clientId":"a","id":1,"result":{"status":"ok"}}`,
 	`[]`, `{`, ``, `null`,
 }
-
-// CallInputs are agent request bodies (POST /toolmark/calls), as an SDK sends them.
-var CallInputs = []Input{
-	{"call", []byte(`{"user_id":"u1","conversation_id":"c1","tool":"form.fill","input":{"title":"x"},"rev":5,"tool_use_id":"toolu_1"}`)},
-	{"call-form", []byte(`{"user_id":"42","conversation_id":"conv_8f3a2c","tool":"challenges.create.fill","input":{"title":"Ten thousand steps","description":"Walk every day for a month","starts_at":"2026-12-01","goal":10000,"public":true},"rev":17,"tool_use_id":"toolu_01A09q90qw90lq917835lq9","timeout_ms":30000}`)},
-	{"call-text", []byte(`{"user_id":"42","conversation_id":"conv_8f3a2c","tool":"notes.write","input":{"text":"Caf\u00e9 \"Le Zinc\"\nopens at 8"},"rev":3}`)},
-}
-
-// callEdgeCases are for parity only (from bridge/fastjson_test.go's differential cases).
-var callEdgeCases = []string{
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","input":null,"rev":null,"tool_use_id":null,"timeout_ms":null}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","timeout_ms":600000,"rev":9007199254740991}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","timeout_ms":600001}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","timeout_ms":0}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","rev":1e2,"timeout_ms":1.0}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","rev":9007199254740992}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","tool":"y"}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","rev":1,"rev":null}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","tool_use_id":"a","tool_use_id":null}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","extra":{"deep":[1,2]},"extra":3}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","input":{"a":"<&>"},"tool_use_id":"t\"u"}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","input": { "a" : [1, 2] } }`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","tool_use_id":"` + strings.Repeat("a", 257) + `"}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","tool_use_id":"\ud800"}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","input":` + strings.Repeat("[", 63) + strings.Repeat("]", 63) + `}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","input":` + strings.Repeat("[", 64) + strings.Repeat("]", 64) + `}`,
-	`{"user_id":"u.1","conversation_id":"c1","tool":"x"}`, `{"user_id":"u1","conversation_id":"c1"}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","rev":-0}`, `{"user_id":"u1","conversation_id":"c1","tool":"x","rev":"1"}`,
-	`{"User_id":"u1","user_id":"u2","conversation_id":"c1","tool":"x"}`,
-	`{"user_id":null,"conversation_id":"c1","tool":"x"}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","tool_use_id":5}`,
-	`{"user_id":"u1","conversation_id":"c1","tool":"x","input":01}`,
-	"{\"user_id\":\"u1\",\"conversation_id\":\"c1\",\"tool\":\"x\",\"input\":\"\xff\"}",
-	`[]`, `{`, ``, `{"\u0075ser_id":"u1","conversation_id":"c1","tool":"x"}`,
-}
