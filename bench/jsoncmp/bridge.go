@@ -24,7 +24,6 @@ type OursPage struct{}
 
 func (OursPage) Decode(b []byte) (*bridge.PageMessage, error) { return bridge.DecodePageMessage(b) }
 
-
 // okResult builds the PageMessage of a result with status ok, with Result canonical as
 // json.Marshal of the validated member map makes it: sorted keys, compacted, HTML-escaped.
 func okResult(clientID, id string, data []byte) *bridge.PageMessage {
