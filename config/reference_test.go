@@ -13,11 +13,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The configuration reference (docs/configuration.md, its first yaml block) against the code:
-// every key Config accepts is in the block, every key in the block is accepted, and the value
-// the block shows is the default ApplyDefaults gives. A commented-out key (`# io_uring:`) is
-// documented with no value: its default is absent (nil). The keys whose value the block shows
-// as an example, not a default, are listed in exampleKeys.
+// The configuration reference against the code, both of its forms in docs/configuration.md:
+// the annotated file (its first yaml block) and the table under "Configuration reference".
+// Every key Config accepts is in each, every key in them is accepted, and the value shown is
+// the default ApplyDefaults gives. A commented-out key of the block (`# io_uring:`) and a
+// table default written as a word (required, absent) are documented with no value. The keys
+// whose value the block shows as an example, not a default, are listed in exampleKeys.
 
 // exampleKeys have no default (an app's identity, a webhook's target) or a default the block
 // replaces with an example worth reading.
@@ -159,10 +160,73 @@ func documented(n *yaml.Node) string {
 	return n.Value
 }
 
+var (
+	tableRow = regexp.MustCompile("(?m)^\\| (`[^|]+) \\| ([^|]+) \\|")
+	tableKey = regexp.MustCompile("`([^`]+)`")
+)
+
+// tableKeys reads the reference table: key path → the default as written, backticks and
+// quotes removed ("" for `""`, [*] for `["*"]`), or "<absent>" for a word (required, all,
+// none, absent). A row may name two keys, the second relative to the first's parent
+// (`apps[].toolmark.mcp.jwks_url` / `jwks_file`).
+func tableKeys(t *testing.T, page string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "\n## Configuration reference\n")
+	if !ok {
+		t.Fatalf("%s: no Configuration reference section", page)
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	out := map[string]string{}
+	for _, row := range tableRow.FindAllStringSubmatch(table, -1) {
+		def := strings.TrimSpace(row[2])
+		if v, ok := strings.CutPrefix(def, "`"); ok {
+			def = strings.NewReplacer(`"`, "", "`", "").Replace(v)
+		} else {
+			def = "<absent>"
+		}
+		first := ""
+		for _, k := range tableKey.FindAllStringSubmatch(row[1], -1) {
+			key := k[1]
+			if first != "" && !strings.Contains(key, ".") {
+				key = first[:strings.LastIndex(first, ".")+1] + key
+			}
+			if first == "" {
+				first = key
+			}
+			out[key] = def
+		}
+	}
+	return out
+}
+
 func TestConfigurationReference(t *testing.T) {
 	accepted := map[string]reflect.Type{}
 	acceptedKeys(reflect.TypeOf(Config{}), "", accepted)
 	docs := documentedKeys(t, "../docs/configuration.md")
+	table := tableKeys(t, "../docs/configuration.md")
+	var tmissing, tunknown []string
+	for k := range accepted {
+		if _, ok := table[k]; !ok {
+			tmissing = append(tmissing, k)
+		}
+	}
+	for k := range table {
+		if _, ok := accepted[k]; !ok {
+			tunknown = append(tunknown, k)
+		}
+	}
+	sort.Strings(tmissing)
+	sort.Strings(tunknown)
+	if len(tmissing) > 0 {
+		t.Errorf("keys the config accepts that the reference table does not document: %s", strings.Join(tmissing, ", "))
+	}
+	if len(tunknown) > 0 {
+		t.Errorf("keys the reference table documents that the config does not accept: %s", strings.Join(tunknown, ", "))
+	}
 
 	var missing, unknown []string
 	for k := range accepted {
@@ -195,4 +259,15 @@ func TestConfigurationReference(t *testing.T) {
 			t.Errorf("docs/configuration.md shows %s: %s; its default is %s", k, got, want)
 		}
 	}
+	for k, got := range table {
+		if _, ok := accepted[k]; !ok || slices.Contains(exampleKeys, k) || slices.Contains(derivedDefaults, k) {
+			continue
+		}
+		if want := render(defaultValue(&c, k)); got != want {
+			t.Errorf("the reference table gives %s the default %s; the code's is %s", k, got, want)
+		}
+	}
 }
+
+// derivedDefaults are defaults the table states as what they are derived from.
+var derivedDefaults = []string{"apps[].toolmark.mcp.authorization_servers"}
