@@ -222,17 +222,19 @@ func (ob *outbox) sleep(wait time.Duration, lost <-chan struct{}) sleepResult {
 	}
 }
 
-// drop gives a batch up: counted in Stats.Dropped (events) and Stats.DroppedBatches, and
+// drop gives a batch up: logged, then counted in Stats.Dropped (events) and Stats.DroppedBatches, and
 // logged with its event types (never the events themselves).
 func (ob *outbox) drop(batch [][]byte, msg string, attempts int, err error) {
 	d := ob.d
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	_, _ = d.store.Ack(ctx, ob.key, d.owner)
 	cancel()
-	d.dropped.Add(uint64(len(batch)))
-	d.droppedBatches.Add(1)
+	// The log line first, then the counters: whoever sees Dropped move finds the line that
+	// explains it.
 	d.log.Error(msg, "app_id", ob.appID, "url", ob.logURL, "events", len(batch),
 		"event_types", eventTypes(batch), "attempts", attempts, "error", err)
+	d.dropped.Add(uint64(len(batch)))
+	d.droppedBatches.Add(1)
 }
 
 // eventTypes lists the distinct event names of encoded events, sorted.

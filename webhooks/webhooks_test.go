@@ -1,9 +1,12 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -226,6 +229,9 @@ func TestGiveUp(t *testing.T) {
 	})
 	logs := &syncBuffer{}
 	opts := testOptions(logs)
+	// A slow log sink: the give-up line must be written before Dropped moves, so a reader
+	// that waits for the counter finds it.
+	opts.Logger = slog.New(slog.NewJSONHandler(slowWriter{logs, 30 * time.Millisecond}, nil))
 	opts.RetryFor = 150 * time.Millisecond
 	opts.FirstRetry = 10 * time.Millisecond
 	d := start(t, opts, app("1", "k", "top-secret-value", hook(rcv.srv.URL+"/hook?token=query-secret")))
@@ -507,4 +513,17 @@ func noRetryWindow(o Options) time.Duration {
 		w = 50 * time.Millisecond
 	}
 	return w
+}
+
+// slowWriter delays every error line, as a busy log pipe does.
+type slowWriter struct {
+	w     io.Writer
+	delay time.Duration
+}
+
+func (s slowWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`"level":"ERROR"`)) {
+		time.Sleep(s.delay)
+	}
+	return s.w.Write(p)
 }
