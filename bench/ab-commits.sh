@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compares two commits of reverbgo on the shared bench: an A/A pair (HEAD twice) for the noise,
 # then OLD vs HEAD interleaved (pusherbench/scripts/ab.sh, 3 runs a side) at paced 100 and 20
-# events/s to 1,000 subscribers and for 10,000 connections, then KiB per idle connection from a
+# events/s to 1,000 subscribers, client events (10 senders x 2/s x 20 to 1,000 listeners, as
+# compare.sh) and for 10,000 connections, then KiB per idle connection from a
 # fresh process per run. Servers on core 0 (GOMAXPROCS=1), the client on core 1. Quiet machine
 # only. Loopback only; every server stops by itself after 20 minutes.
 #
@@ -37,7 +38,8 @@ kill $P1 $P2; sleep 1
 PO=$(start reverbgo-old old 16611); PN=$(start reverbgo-new new 16612)
 $S/ab.sh fanout 3 16611 $PO 16612 $PN -n 1000 -m 1000 --rate 100 > $OUT/ab-paced100.txt 2>&1 || true
 $S/ab.sh fanout 3 16611 $PO 16612 $PN -n 1000 -m 200 --rate 20 > $OUT/ab-paced20.txt 2>&1 || true
-grep -a -h '^{' $OUT/aa-paced100.txt $OUT/ab-paced100.txt $OUT/ab-paced20.txt || true
+$S/ab.sh clientevents 3 16611 $PO 16612 $PN -n 1000 --senders 10 -m 20 --rate 2 > $OUT/ab-clientevents.txt 2>&1 || true
+grep -a -h '^{' $OUT/aa-paced100.txt $OUT/ab-paced100.txt $OUT/ab-paced20.txt $OUT/ab-clientevents.txt || true
 kill $PO $PN; sleep 1
 # connections: fresh processes (RSS never shrinks)
 PO=$(start reverbgo-old old 16611); PN=$(start reverbgo-new new 16612)
