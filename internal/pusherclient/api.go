@@ -24,16 +24,10 @@ func BaseURL(addr string) string {
 // API sends a Pusher HTTP API request to addr (host:port or a base URL), signed as the
 // Pusher server SDKs sign it, and returns the status and (up to 4 MiB of) the body.
 func API(ctx context.Context, hc *http.Client, addr string, app App, method, path string, query url.Values, body []byte) (int, []byte, error) {
-	q := auth.SignRequest(method, path, query, body, app.Key, app.Secret, time.Now())
-	var r io.Reader
-	if len(body) > 0 {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, BaseURL(addr)+path+"?"+q.Encode(), r)
+	req, err := NewRequest(ctx, addr, app, method, path, query, body)
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -41,6 +35,22 @@ func API(ctx context.Context, hc *http.Client, addr string, app App, method, pat
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	return resp.StatusCode, b, err
+}
+
+// NewRequest is the HTTP API request API sends, for a caller that times or sends it
+// itself: signed now with app's secret, with a JSON content type.
+func NewRequest(ctx context.Context, addr string, app App, method, path string, query url.Values, body []byte) (*http.Request, error) {
+	q := auth.SignRequest(method, path, query, body, app.Key, app.Secret, time.Now())
+	var r io.Reader
+	if len(body) > 0 {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, BaseURL(addr)+path+"?"+q.Encode(), r)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return req, nil
 }
 
 // Event is one event of Trigger and TriggerBatch.

@@ -62,6 +62,8 @@ func (f *Frame) SerialOr0() uint64 {
 type Options struct {
 	// Client and Version are the client= and version= of the connection URL ("go", "1.0").
 	Client, Version string
+	// Query is more of the connection URL's query (e.g. "flash=false").
+	Query string
 	// Timeout bounds the handshake and connection_established, and later each write and
 	// each Subscribe's wait (10s when zero).
 	Timeout time.Duration
@@ -148,7 +150,11 @@ func DialWith(ctx context.Context, base, key string, o Options) (*Conn, error) {
 		}
 		h.Set("Origin", o.Origin)
 	}
-	ws, resp, err := d.DialContext(ctx, URL(base, key, o.Client, o.Version), h)
+	u := URL(base, key, o.Client, o.Version)
+	if o.Query != "" {
+		u += "&" + o.Query
+	}
+	ws, resp, err := d.DialContext(ctx, u, h)
 	var rh http.Header
 	if resp != nil {
 		rh = resp.Header
@@ -187,6 +193,10 @@ func (c *Conn) Compressed() bool {
 	return strings.Contains(c.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate")
 }
 
+// ErrBadFrame is what Read's error wraps when a message is not a JSON Pusher frame (the
+// connection is still open).
+var ErrBadFrame = errors.New("bad frame")
+
 // Read reads one frame, answering a pusher:ping on the way.
 func (c *Conn) Read() (Frame, error) {
 	_, b, err := c.WS.ReadMessage()
@@ -195,7 +205,7 @@ func (c *Conn) Read() (Frame, error) {
 	}
 	var f Frame
 	if err := json.Unmarshal(b, &f); err != nil {
-		return Frame{}, fmt.Errorf("bad frame %q", b)
+		return Frame{}, fmt.Errorf("%w %q", ErrBadFrame, b)
 	}
 	if f.Event == "pusher:ping" {
 		_ = c.Pong()
