@@ -57,7 +57,14 @@ func RawAPI(t testing.TB, ts *httptest.Server, method, pathAndQuery string, body
 	if len(body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := ts.Client().Do(req)
+	return Do(t, ts.Client(), req)
+}
+
+// Do sends req with hc and returns the status and the whole body; any transport error
+// fails t.
+func Do(t testing.TB, hc *http.Client, req *http.Request) (int, []byte) {
+	t.Helper()
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
