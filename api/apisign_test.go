@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/apisign/apisigntest"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // The Pusher HTTP API gives exactly the refusals of the shared signing table, mounted at
@@ -34,16 +35,7 @@ func TestSignedAPIRefusals(t *testing.T) {
 						t.Fatal(err)
 					}
 					req.ContentLength = n
-					resp, err := ts.ts.Client().Do(req)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer resp.Body.Close()
-					b, err := io.ReadAll(resp.Body)
-					if err != nil {
-						t.Fatal(err)
-					}
-					return resp.StatusCode, b
+					return testutil.Do(t, ts.ts.Client(), req)
 				},
 			})
 		})

@@ -1,13 +1,11 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -20,19 +18,17 @@ import (
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 	"github.com/reverbgo/reverbgo/pusher"
 )
 
-// waitTimeout bounds every wait for something that should happen.
-const waitTimeout = 5 * time.Second
-
-// quietPeriod is how long tests watch for something that must NOT arrive.
-const quietPeriod = 150 * time.Millisecond
-
 const (
-	testAppID  = "1001"
-	testKey    = "test-key"
-	testSecret = "test-secret"
+	waitTimeout = testutil.EventTimeout // every wait for something that should happen
+	quietPeriod = testutil.QuietPeriod  // watching for something that must NOT arrive
+	testAppID   = testutil.TestAppID
+	testKey     = testutil.TestKey
+	testSecret  = testutil.TestSecret
 )
 
 // setup is what a test may change before the server starts.
@@ -51,24 +47,7 @@ func withPrefix(p string) serverOpt { return func(s *setup) { s.prefixes = appen
 
 func withMetrics() serverOpt { return func(s *setup) { s.metrics = true } }
 
-// testConfig builds a config by hand, every App field set explicitly (no config.Load).
-func testConfig() *config.Config {
-	return &config.Config{
-		Server: config.Server{MaxRequestSize: 10000},
-		Apps: []config.App{{
-			ID:                     testAppID,
-			Key:                    testKey,
-			Secret:                 testSecret,
-			AllowedOrigins:         []string{"*"},
-			PingInterval:           60,
-			ActivityTimeout:        30,
-			MaxMessageSize:         10000,
-			AcceptClientEventsFrom: "members",
-			MaxPresenceMembers:     100,
-			MaxBatchSize:           10,
-		}},
-	}
-}
+func testConfig() *config.Config { return testutil.TestConfig() }
 
 // tserver is a real pusher.Server with the API mounted beside it on echo, wired as
 // cmd/reverbgo wires them, behind an httptest server.
@@ -109,6 +88,11 @@ func newServer(t testing.TB, opts ...serverOpt) *tserver {
 	return &tserver{cfg: st.cfg, app: &st.cfg.Apps[0], s: s, http: a, ts: ts}
 }
 
+// pusherApp is the test app's credentials.
+func (ts *tserver) pusherApp() pusherclient.App {
+	return pusherclient.App{ID: ts.app.ID, Key: ts.app.Key, Secret: ts.app.Secret}
+}
+
 // api sends a request signed like a server SDK (path without prefix).
 func (ts *tserver) api(t testing.TB, method, path string, q url.Values, body []byte) (int, []byte) {
 	t.Helper()
@@ -119,23 +103,7 @@ func (ts *tserver) api(t testing.TB, method, path string, q url.Values, body []b
 // rawAPI sends an unsigned request with the given path and query.
 func (ts *tserver) rawAPI(t testing.TB, method, pathAndQuery string, body []byte) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, ts.ts.URL+pathAndQuery, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(body) > 0 {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := ts.ts.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	return testutil.RawAPI(t, ts.ts, method, pathAndQuery, body)
 }
 
 // trigger publishes through POST /apps/{id}/events and expects 200.
@@ -147,23 +115,10 @@ func (ts *tserver) trigger(t testing.TB, channel, event, data string) {
 	}
 }
 
-func mustMarshal(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func mustJSONMap(t testing.TB, b []byte) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("not a JSON object: %q: %v", b, err)
-	}
-	return m
-}
+var (
+	mustMarshal = testutil.MustMarshal
+	mustJSONMap = testutil.MustJSONMap
+)
 
 // event is one server frame as a client sees it.
 type event struct {
@@ -177,11 +132,7 @@ type event struct {
 // dataString returns data, which the server sends as a JSON-encoded string.
 func (e event) dataString(t testing.TB) string {
 	t.Helper()
-	var s string
-	if err := json.Unmarshal(e.Data, &s); err != nil {
-		t.Fatalf("%s: data is not a JSON string: %s", e.Event, e.raw)
-	}
-	return s
+	return testutil.DataString(t, e.Event, e.Data, e.raw)
 }
 
 // client is a WebSocket test client (gorilla, as a browser would speak). A reader goroutine
@@ -365,12 +316,14 @@ func (c *client) subscribe(channel string) { c.t.Helper(); c.subscribeWith(chann
 
 func (ts *tserver) subscribePrivate(c *client, channel string) {
 	c.t.Helper()
-	c.subscribeWith(channel, ts.app.Key+":"+auth.ChannelSignature(ts.app.Secret, c.socketID, channel), "")
+	c.send(pusherclient.SubscribeMessage(ts.pusherApp(), c.socketID, channel, "", nil))
+	c.waitEvent("pusher_internal:subscription_succeeded", channel)
 }
 
 func (ts *tserver) subscribePresence(c *client, channel, channelData string) {
 	c.t.Helper()
-	c.subscribeWith(channel, ts.app.Key+":"+auth.PresenceSignature(ts.app.Secret, c.socketID, channel, channelData), channelData)
+	c.send(pusherclient.SubscribeMessage(ts.pusherApp(), c.socketID, channel, channelData, nil))
+	c.waitEvent("pusher_internal:subscription_succeeded", channel)
 }
 
 // signin signs the client in as userData (which must hold an "id").

@@ -6,16 +6,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
 	"github.com/reverbgo/reverbgo/api"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 	"github.com/reverbgo/reverbgo/pusher"
 )
 
@@ -91,9 +90,8 @@ func benchFanout(b *testing.B, mode string, n int) {
 	}
 
 	counts := make([]*atomic.Int64, n)
-	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/app/bench-key?protocol=7"
 	for i := range counts {
-		counts[i] = subscriber(b, url, "orders")
+		counts[i] = subscriber(b, ts.URL, "orders")
 	}
 	data := []byte(`"{\"order\":{\"id\":123456,\"status\":\"shipped\",\"items\":[1,2,3]}}"`)
 	ctx := context.Background()
@@ -117,27 +115,21 @@ func benchFanout(b *testing.B, mode string, n int) {
 	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "deliveries/s")
 }
 
-// subscriber connects, subscribes to channel and counts the events that follow.
-func subscriber(b *testing.B, url, channel string) *atomic.Int64 {
+// subscriber connects to base, subscribes to channel and counts the events that follow.
+func subscriber(b *testing.B, base, channel string) *atomic.Int64 {
 	b.Helper()
-	ws, _, err := websocket.DefaultDialer.Dial(url, nil)
+	c, err := pusherclient.DialWith(context.Background(), base, "bench-key", pusherclient.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { ws.Close() })
-	if _, _, err := ws.ReadMessage(); err != nil { // connection_established
-		b.Fatal(err)
-	}
-	if err := ws.WriteJSON(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": channel}}); err != nil {
-		b.Fatal(err)
-	}
-	if _, msg, err := ws.ReadMessage(); err != nil || !strings.Contains(string(msg), "subscription_succeeded") {
-		b.Fatalf("subscribe: %s %v", msg, err)
+	b.Cleanup(func() { c.Close() })
+	if _, err := c.Subscribe(pusherclient.App{Key: "bench-key"}, channel, ""); err != nil {
+		b.Fatalf("subscribe: %v", err)
 	}
 	var count atomic.Int64
 	go func() {
 		for {
-			if _, _, err := ws.ReadMessage(); err != nil {
+			if _, _, err := c.WS.ReadMessage(); err != nil {
 				return
 			}
 			count.Add(1)

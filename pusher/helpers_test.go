@@ -2,7 +2,6 @@ package pusher
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -10,7 +9,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"github.com/reverbgo/reverbgo/internal/testutil"
 	"io"
 	"log/slog"
 	"net"
@@ -23,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reverbgo/reverbgo/internal/testutil"
+
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
@@ -30,16 +30,12 @@ import (
 	"github.com/reverbgo/reverbgo/config"
 )
 
-// waitTimeout bounds every wait for something that should happen.
-const waitTimeout = 5 * time.Second
-
-// quietPeriod is how long tests watch for something that must NOT arrive.
-const quietPeriod = 150 * time.Millisecond
-
 const (
-	testAppID  = "1001"
-	testKey    = "test-key"
-	testSecret = "test-secret"
+	waitTimeout = testutil.EventTimeout // every wait for something that should happen
+	quietPeriod = testutil.QuietPeriod  // watching for something that must NOT arrive
+	testAppID   = testutil.TestAppID
+	testKey     = testutil.TestKey
+	testSecret  = testutil.TestSecret
 )
 
 // setup is what a test may change before the server starts.
@@ -75,24 +71,7 @@ func withPrefix(p string) serverOpt { return func(s *setup) { s.prefixes = appen
 func boolPtr(b bool) *bool { return &b }
 func intPtr(n int) *int    { return &n }
 
-// testConfig builds a config by hand, every App field set explicitly (no config.Load).
-func testConfig() *config.Config {
-	return &config.Config{
-		Server: config.Server{MaxRequestSize: 10000},
-		Apps: []config.App{{
-			ID:                     testAppID,
-			Key:                    testKey,
-			Secret:                 testSecret,
-			AllowedOrigins:         []string{"*"},
-			PingInterval:           60,
-			ActivityTimeout:        30,
-			MaxMessageSize:         10000,
-			AcceptClientEventsFrom: "members",
-			MaxPresenceMembers:     100,
-			MaxBatchSize:           10,
-		}},
-	}
-}
+func testConfig() *config.Config { return testutil.TestConfig() }
 
 // tserver is a Server mounted on echo behind an httptest server.
 type tserver struct {
@@ -148,23 +127,7 @@ func (ts *tserver) wsURL(key, query string) string {
 // rawAPI sends an unsigned request with the given path and query.
 func (ts *tserver) rawAPI(t testing.TB, method, pathAndQuery string, body []byte) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, ts.ts.URL+pathAndQuery, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(body) > 0 {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := ts.ts.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	return testutil.RawAPI(t, ts.ts, method, pathAndQuery, body)
 }
 
 // trigger publishes an event as the HTTP API does (encoded once, through the broker); the
@@ -176,23 +139,10 @@ func (ts *tserver) trigger(t testing.TB, channel, event, data string) {
 	}
 }
 
-func mustMarshal(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func mustJSONMap(t testing.TB, b []byte) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("not a JSON object: %q: %v", b, err)
-	}
-	return m
-}
+var (
+	mustMarshal = testutil.MustMarshal
+	mustJSONMap = testutil.MustJSONMap
+)
 
 // event is one server frame as a client sees it.
 type event struct {
@@ -206,11 +156,7 @@ type event struct {
 // dataString returns data, which the server sends as a JSON-encoded string.
 func (e event) dataString(t testing.TB) string {
 	t.Helper()
-	var s string
-	if err := json.Unmarshal(e.Data, &s); err != nil {
-		t.Fatalf("%s: data is not a JSON string: %s", e.Event, e.raw)
-	}
-	return s
+	return testutil.DataString(t, e.Event, e.Data, e.raw)
 }
 
 // dataInto decodes the JSON inside the data string into v.

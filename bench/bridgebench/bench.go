@@ -279,8 +279,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer func() {
 		for _, p := range pages {
-			if p.ws != nil {
-				_ = p.ws.Close()
+			if p.conn != nil {
+				_ = p.conn.Close()
 			}
 		}
 		r.closeMCP(pages)
@@ -393,7 +393,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	waitBounded(&posterWG, 10*time.Second)
 	stopPages()
 	for _, p := range pages {
-		_ = p.ws.Close()
+		_ = p.conn.Close()
 	}
 	waitBounded(&readers, 5*time.Second)
 

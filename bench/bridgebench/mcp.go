@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 // The agent over the server's MCP endpoint (--agent mcp): one session per conversation,
@@ -25,7 +26,7 @@ const mcpToolName = "bench_echo"
 func (r *runner) openMCP(ctx context.Context, p *page) error {
 	// The token outlives the run (the server bounds its lifetime: 1 h by default).
 	ttl := min(r.cfg.Timeout+time.Minute, 50*time.Minute)
-	tok, err := benchkit.MCPToken(benchkit.App{ID: r.cfg.AppID, Key: r.cfg.Key, Secret: r.cfg.Secret},
+	tok, err := benchkit.MCPToken(pusherclient.App{ID: r.cfg.AppID, Key: r.cfg.Key, Secret: r.cfg.Secret},
 		r.cfg.User, p.conv, r.cfg.MCPResource, ttl)
 	if err != nil {
 		return fmt.Errorf("page %d: mcp token: %w", p.idx, err)

@@ -11,15 +11,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/gorilla/websocket"
-
-	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 // page is one simulated browser tab: one Pusher socket subscribed to its own
@@ -31,26 +27,9 @@ type page struct {
 	clientID string
 	socketID string
 	token    string // the page token from toolmark.session ("" with page_auth socket_id)
-	ws       *websocket.Conn
-	wmu      sync.Mutex // websocket writes (subscribe, pong)
+	conn     *pusherclient.Conn
 	// mcp is the conversation's MCP session (--agent mcp), nil otherwise.
 	mcp *benchkit.MCPSession
-}
-
-// wsEvent is a Pusher frame; data is a JSON string for every event the bench reads.
-type wsEvent struct {
-	Event   string          `json:"event"`
-	Channel string          `json:"channel"`
-	Data    json.RawMessage `json:"data"`
-}
-
-// dataString unquotes a Pusher data field sent as a JSON string (or returns it raw).
-func (e *wsEvent) dataString() string {
-	var s string
-	if json.Unmarshal(e.Data, &s) == nil {
-		return s
-	}
-	return string(e.Data)
 }
 
 // toPage is the part of a toolmark.message event the page needs.
@@ -78,62 +57,32 @@ func (r *runner) connect(ctx context.Context, p *page) error {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	u := url.URL{Scheme: "ws", Host: r.hostPort, Path: r.cfg.Path + "/app/" + r.cfg.Key,
-		RawQuery: "protocol=7&client=bridgebench&version=1.0&flash=false"}
-	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 4096, WriteBufferSize: 1024}
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	ws, resp, err := dialer.DialContext(dctx, u.String(), nil)
-	if resp != nil && resp.Body != nil {
-		resp.Body.Close()
-	}
+	c, err := pusherclient.DialWith(dctx, "ws://"+r.hostPort+r.cfg.Path, r.cfg.Key, pusherclient.Options{
+		Client: "bridgebench", Version: "1.0", Query: "flash=false", Timeout: time.Until(deadline)})
 	if err != nil {
 		return fmt.Errorf("page %d: dial: %w", p.idx, err)
 	}
-	p.ws = ws
-	_ = ws.SetReadDeadline(deadline)
-	ev, err := readUntil(ws, "pusher:connection_established", "", 10)
-	if err != nil {
-		return fmt.Errorf("page %d: %w", p.idx, err)
-	}
-	var est struct {
-		SocketID string `json:"socket_id"`
-	}
-	if err := json.Unmarshal([]byte(ev.dataString()), &est); err != nil || est.SocketID == "" {
-		return fmt.Errorf("page %d: bad connection_established %s", p.idx, ev.Data)
-	}
-	p.socketID = est.SocketID
-	sig := auth.ChannelSignature(r.cfg.Secret, p.socketID, p.channel)
-	sub, _ := json.Marshal(map[string]any{"event": "pusher:subscribe",
-		"data": map[string]string{"channel": p.channel, "auth": r.cfg.Key + ":" + sig}})
-	_ = ws.SetWriteDeadline(deadline)
-	if err := ws.WriteMessage(websocket.TextMessage, sub); err != nil {
-		return fmt.Errorf("page %d: subscribe: %w", p.idx, err)
-	}
+	p.conn, p.socketID = c, c.ID
 	// With toolmark.page_auth token (the default) the page token arrives as toolmark.session
 	// just before subscription_succeeded; page POSTs carry it as X-Toolmark-Token.
-	subscribed := false
-	for i := 0; i < 10 && !subscribed; i++ {
-		ev, err := readUntil(ws, "", p.channel, 10)
-		if err != nil {
-			return fmt.Errorf("page %d: subscribe %s: %w", p.idx, p.channel, err)
-		}
-		if ev.Event == "toolmark.session" {
+	frames, err := c.Subscribe(pusherclient.App{ID: r.cfg.AppID, Key: r.cfg.Key, Secret: r.cfg.Secret}, p.channel, "")
+	if err != nil {
+		return fmt.Errorf("page %d: subscribe %s: %w", p.idx, p.channel, err)
+	}
+	for _, ev := range frames {
+		if ev.Event == "toolmark.session" && ev.Channel == p.channel {
 			var s struct {
 				Token string `json:"token"`
 			}
-			if json.Unmarshal([]byte(ev.dataString()), &s) != nil || s.Token == "" {
+			if json.Unmarshal([]byte(ev.Str()), &s) != nil || s.Token == "" {
 				return fmt.Errorf("page %d: bad toolmark.session %s", p.idx, ev.Data)
 			}
 			p.token = s.Token
 		}
-		subscribed = ev.Event == "pusher_internal:subscription_succeeded"
 	}
-	if !subscribed {
-		return fmt.Errorf("page %d: no subscription_succeeded on %s", p.idx, p.channel)
-	}
-	_ = ws.SetReadDeadline(time.Time{})
-	_ = ws.SetWriteDeadline(time.Time{})
+	_ = c.WS.SetWriteDeadline(time.Time{})
 
 	manifest, _ := json.Marshal(map[string]any{
 		"protocol": 1, "type": "manifest", "clientId": p.clientID, "rev": 1,
@@ -150,29 +99,6 @@ func (r *runner) connect(ctx context.Context, p *page) error {
 		return fmt.Errorf("page %d: manifest: HTTP %d %s", p.idx, code, msg)
 	}
 	return nil
-}
-
-// readUntil reads frames until event (on channel, if set) arrives; pusher:error and
-// subscription errors end it; an empty event matches any event on channel. At most n frames
-// are read.
-func readUntil(ws *websocket.Conn, event, channel string, n int) (*wsEvent, error) {
-	for range n {
-		_, b, err := ws.ReadMessage()
-		if err != nil {
-			return nil, fmt.Errorf("waiting for %s: %w", event, err)
-		}
-		var ev wsEvent
-		if err := json.Unmarshal(b, &ev); err != nil {
-			return nil, fmt.Errorf("bad frame %q", b)
-		}
-		switch {
-		case (event == "" || ev.Event == event) && (channel == "" || ev.Channel == channel):
-			return &ev, nil
-		case ev.Event == "pusher:error", ev.Event == "pusher:subscription_error":
-			return nil, fmt.Errorf("%s: %s", ev.Event, ev.Data)
-		}
-	}
-	return nil, fmt.Errorf("no %s within %d frames", event, n)
 }
 
 // pagePost sends one page message as @toolmark/core's echoTransport does.
@@ -206,12 +132,12 @@ func (r *runner) pagePost(ctx context.Context, p *page, body []byte) (int, strin
 // queue: the queue holds every call that can be in flight, so a full queue is an error.
 func (r *runner) readLoop(p *page, jobs chan<- job) {
 	for {
-		_, b, err := p.ws.ReadMessage()
+		_, b, err := p.conn.WS.ReadMessage()
 		if err != nil {
 			return
 		}
 		recv := time.Since(r.base)
-		var ev wsEvent
+		var ev pusherclient.Frame
 		if json.Unmarshal(b, &ev) != nil {
 			r.pageErr("bad_frame")
 			continue
@@ -219,7 +145,7 @@ func (r *runner) readLoop(p *page, jobs chan<- job) {
 		switch ev.Event {
 		case "toolmark.message":
 			var m toPage
-			if json.Unmarshal([]byte(ev.dataString()), &m) != nil {
+			if json.Unmarshal([]byte(ev.Str()), &m) != nil {
 				r.pageErr("bad_event")
 				continue
 			}
@@ -240,10 +166,7 @@ func (r *runner) readLoop(p *page, jobs chan<- job) {
 				r.pageErr("unexpected_" + m.Message.Type)
 			}
 		case "pusher:ping":
-			p.wmu.Lock()
-			_ = p.ws.SetWriteDeadline(time.Now().Add(5 * time.Second))
-			_ = p.ws.WriteMessage(websocket.TextMessage, []byte(`{"event":"pusher:pong","data":{}}`))
-			p.wmu.Unlock()
+			_ = p.conn.Pong()
 		case "pusher:error":
 			r.pageErr("pusher_error")
 		}

@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
-var app = benchkit.App{ID: "bench", Key: "bench-key", Secret: "bench-secret"}
+var app = pusherclient.App{ID: "bench", Key: "bench-key", Secret: "bench-secret"}
 
 const tool = "bench.echo"
 
@@ -40,7 +41,7 @@ func start(t *testing.T, wrap func(http.Handler) http.Handler) string {
 
 // testPage is one page socket answering every call of its conversation with the echo.
 type testPage struct {
-	conn            *benchkit.Conn
+	conn            *pusherclient.Conn
 	conv, clientID  string
 	channel, socket string
 }
@@ -60,7 +61,7 @@ func drive(t *testing.T, addr string, pages, workers, calls, timeoutMS int) (fai
 
 	ps := make([]*testPage, pages)
 	for i := range ps {
-		c, err := benchkit.Dial(ctx, addr, app, "floortest", 5*time.Second)
+		c, err := pusherclient.Dial(ctx, addr, app, "floortest", 5*time.Second)
 		if err != nil {
 			t.Fatalf("page %d: %v", i, err)
 		}
@@ -121,7 +122,7 @@ func drive(t *testing.T, addr string, pages, workers, calls, timeoutMS int) (fai
 				}
 				p := ps[i%pages]
 				body, input := benchkit.EchoCall("u", p.conv, tool, i, timeoutMS)
-				code, ans, err := benchkit.API(ctx, hc, addr, app, http.MethodPost, "/apps/bench/toolmark/calls", nil, body)
+				code, ans, err := pusherclient.API(ctx, hc, addr, app, http.MethodPost, "/apps/bench/toolmark/calls", nil, body)
 				var a struct{ ID string }
 				if err != nil || !benchkit.EchoedOK(code, ans, input) || json.Unmarshal(ans, &a) != nil || a.ID == "" {
 					mu.Lock()
@@ -184,7 +185,7 @@ func TestHarnessCatchesDrops(t *testing.T) {
 func TestNoPage(t *testing.T) {
 	addr := start(t, nil)
 	body, _ := benchkit.EchoCall("u", "nobody", tool, 1, 1000)
-	code, _, err := benchkit.API(context.Background(), http.DefaultClient, addr, app, http.MethodPost, "/apps/bench/toolmark/calls", nil, body)
+	code, _, err := pusherclient.API(context.Background(), http.DefaultClient, addr, app, http.MethodPost, "/apps/bench/toolmark/calls", nil, body)
 	if err != nil || code != http.StatusNotFound {
 		t.Fatalf("want 404, got %d %v", code, err)
 	}

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 const chaosUser = "chaos-user"
@@ -71,8 +71,7 @@ func (s *chaos) runPage(ctx context.Context, p *page) {
 				}
 			}
 		}()
-		data := map[string]string{"channel": ch, "auth": appKey + ":" + privateSig(c.ID, ch)}
-		if err := c.Send(map[string]any{"event": "pusher:subscribe", "data": data}); err != nil {
+		if err := c.Send(pusherclient.SubscribeMessage(chaosApp, c.ID, ch, "", nil)); err != nil {
 			c.WS.Close()
 			continue
 		}
@@ -161,8 +160,4 @@ func (c *cluster) pickOr(n *node) *node {
 		return p
 	}
 	return n
-}
-
-func privateSig(socketID, channel string) string {
-	return auth.ChannelSignature(appSecret, socketID, channel)
 }

@@ -8,25 +8,25 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 const (
 	appID, appKey, appSecret = "chaos", "chaos-key", "chaos-secret"
 )
 
-type frame = benchkit.Frame
+type frame = pusherclient.Frame
 
 // conn is one Pusher connection of the load, on node node.
 type conn struct {
-	*benchkit.Conn
+	*pusherclient.Conn
 	node int
 }
 
-var chaosApp = benchkit.App{ID: appID, Key: appKey, Secret: appSecret}
+var chaosApp = pusherclient.App{ID: appID, Key: appKey, Secret: appSecret}
 
 func dialNode(ctx context.Context, n *node) (*conn, error) {
-	c, err := benchkit.Dial(ctx, n.addr, chaosApp, "chaos", 5*time.Second)
+	c, err := pusherclient.Dial(ctx, n.addr, chaosApp, "chaos", 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ var apiClient = &http.Client{Timeout: 5 * time.Second}
 
 // api sends a signed HTTP API request to node n.
 func api(ctx context.Context, n *node, method, path string, query url.Values, body []byte) (int, []byte, error) {
-	return benchkit.API(ctx, apiClient, n.addr, chaosApp, method, path, query, body)
+	return pusherclient.API(ctx, apiClient, n.addr, chaosApp, method, path, query, body)
 }
 
 // trigger publishes one event through node n's HTTP API.

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 // truth is what the clients hold: the presence members and fan-out subscriptions that the
@@ -260,7 +260,7 @@ func (s *chaos) runObserver(ctx context.Context, o *observer, n *node) {
 		o.alive, o.members = false, nil
 		o.mu.Unlock()
 		// The read loop feeds onFrame from the start: subscription_succeeded is read by it.
-		if err := c.Send(map[string]any{"event": "pusher:subscribe", "data": presenceSub(c.ID, o.room, o.user)}); err != nil {
+		if err := c.Send(pusherclient.SubscribeMessage(chaosApp, c.ID, o.room, pusherclient.MemberData(o.user), nil)); err != nil {
 			c.WS.Close()
 			s.t.gate.RUnlock()
 			continue
@@ -488,10 +488,4 @@ func (s *chaos) sender(ctx context.Context, channel string, period time.Duration
 		tick.Stop()
 		c.WS.Close()
 	}
-}
-
-func presenceSub(socketID, channel, user string) map[string]string {
-	cd, _ := json.Marshal(map[string]any{"user_id": user, "user_info": map[string]string{"n": user}})
-	return map[string]string{"channel": channel, "channel_data": string(cd),
-		"auth": appKey + ":" + auth.PresenceSignature(appSecret, socketID, channel, string(cd))}
 }

@@ -37,9 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
-
-	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 type step struct {
@@ -201,37 +199,28 @@ func run() int {
 
 // subscribe opens n subscribers round-robin over the nodes and waits for every
 // subscription_succeeded; each gets a reader goroutine.
-func (b *bench) subscribe(ctx context.Context, n int) ([]*websocket.Conn, error) {
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
-	conns := make([]*websocket.Conn, 0, n)
+func (b *bench) subscribe(ctx context.Context, n int) ([]*pusherclient.Conn, error) {
+	conns := make([]*pusherclient.Conn, 0, n)
 	for i := range n {
 		port := b.ports[b.subNodes[i%len(b.subNodes)]]
-		u := fmt.Sprintf("ws://%s:%d/app/%s?protocol=7&client=clusterbench&version=1", b.host, port, b.key)
-		c, _, err := d.DialContext(ctx, u, nil)
+		c, err := pusherclient.DialWith(ctx, net.JoinHostPort(b.host, strconv.Itoa(port)), b.key,
+			pusherclient.Options{Client: "clusterbench", Version: "1", Timeout: 10 * time.Second})
 		if err != nil {
 			return conns, fmt.Errorf("subscriber %d on port %d: %w", i, port, err)
 		}
 		conns = append(conns, c)
 		ch := i % b.channels
 		b.subsPerChannel[ch]++
-		sub, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": b.channel(ch)}})
-		if err := c.WriteMessage(websocket.TextMessage, sub); err != nil {
-			return conns, err
+		if _, err := c.Subscribe(b.app(), b.channel(ch), ""); err != nil {
+			return conns, fmt.Errorf("subscriber %d: %w", i, err)
 		}
-		for { // connection_established, then subscription_succeeded
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			_, msg, err := c.ReadMessage()
-			if err != nil {
-				return conns, fmt.Errorf("subscriber %d: %w", i, err)
-			}
-			if bytes.Contains(msg, []byte("subscription_succeeded")) {
-				break
-			}
-		}
-		_ = c.SetReadDeadline(time.Time{})
 		go b.read(c, i)
 	}
 	return conns, nil
+}
+
+func (b *bench) app() pusherclient.App {
+	return pusherclient.App{ID: b.appID, Key: b.key, Secret: b.secret}
 }
 
 func (b *bench) channel(i int) string { return "bench-" + b.nonce + "-" + strconv.Itoa(i) }
@@ -239,9 +228,9 @@ func (b *bench) channel(i int) string { return "bench-" + b.nonce + "-" + strcon
 var marker = []byte("cbx:")
 
 // read records every delivery's latency from the marker's send time.
-func (b *bench) read(c *websocket.Conn, sub int) {
+func (b *bench) read(c *pusherclient.Conn, sub int) {
 	for {
-		_, msg, err := c.ReadMessage()
+		_, msg, err := c.WS.ReadMessage()
 		if err != nil {
 			return
 		}
@@ -249,7 +238,7 @@ func (b *bench) read(c *websocket.Conn, sub int) {
 		i := bytes.Index(msg, marker)
 		if i < 0 {
 			if bytes.Contains(msg, []byte("pusher:ping")) {
-				_ = c.WriteMessage(websocket.TextMessage, []byte(`{"event":"pusher:pong","data":"{}"}`))
+				_ = c.Pong()
 			}
 			continue
 		}
@@ -355,15 +344,11 @@ func (b *bench) publish(ctx context.Context, id int64) {
 	port := b.ports[b.pubNodes[int(id%int64(len(b.pubNodes)))]]
 	data := fmt.Sprintf("cbx:%s:%d:%d", b.nonce, id, time.Since(b.start).Nanoseconds())
 	body, _ := json.Marshal(map[string]any{"name": "bench", "channel": b.channel(ch), "data": data})
-	path := "/apps/" + b.appID + "/events"
-	q := auth.SignRequest(http.MethodPost, path, url.Values{}, body, b.key, b.secret, time.Now())
-	u := fmt.Sprintf("http://%s:%d%s?%s", b.host, port, path, q.Encode())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	req, err := pusherclient.NewRequest(ctx, net.JoinHostPort(b.host, strconv.Itoa(port)), b.app(), http.MethodPost, "/apps/"+b.appID+"/events", url.Values{}, body)
 	if err != nil {
 		b.errors.Add(1)
 		return
 	}
-	req.Header.Set("Content-Type", "application/json")
 	sent := time.Now()
 	res, err := b.client.Do(req)
 	if err != nil {

@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -39,8 +38,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/reverbgo/reverbgo/auth"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 func main() {
@@ -145,7 +143,8 @@ func run(args []string) (int, error) {
 		},
 	}
 	res := result{Offered: *offer, Subscribers: *n, Events: *m, Rate: *rate}
-	var conns []*websocket.Conn
+	app := pusherclient.App{ID: *appID, Key: *key, Secret: *secret}
+	var conns []*pusherclient.Conn
 	defer func() {
 		for _, c := range conns {
 			_ = c.Close()
@@ -154,23 +153,23 @@ func run(args []string) (int, error) {
 	subscribed := make(chan struct{}, *n)
 	var wg sync.WaitGroup
 	for i := range *n {
-		c, resp, err := dialer.DialContext(ctx, "ws://"+addr+"/app/"+*key+"?protocol=7&client=js&version=8.6.0", nil)
+		c, err := pusherclient.DialWith(ctx, addr, app.Key, pusherclient.Options{
+			Client: "js", Version: "8.6.0", Dialer: &dialer, Compression: *offer, Timeout: 10 * time.Second})
 		if err != nil {
 			return 1, fmt.Errorf("subscriber %d: %w", i, err)
 		}
-		if strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate") {
+		if c.Compressed() {
 			res.Negotiated++
 		}
 		conns = append(conns, c)
-		sub, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": channel}})
-		if err := c.WriteMessage(websocket.TextMessage, sub); err != nil {
+		if err := c.Send(pusherclient.SubscribeMessage(app, c.ID, channel, "", nil)); err != nil {
 			return 1, err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				_, msg, err := c.ReadMessage()
+				_, msg, err := c.WS.ReadMessage()
 				if err != nil {
 					return
 				}
@@ -181,7 +180,7 @@ func run(args []string) (int, error) {
 				case bytes.Contains(msg, []byte("pusher_internal:subscription_succeeded")):
 					subscribed <- struct{}{}
 				case bytes.Contains(msg, []byte(`"event":"pusher:ping"`)):
-					_ = c.WriteMessage(websocket.TextMessage, []byte(`{"event":"pusher:pong","data":{}}`))
+					_ = c.Pong()
 				}
 			}
 		}()
@@ -198,21 +197,12 @@ func run(args []string) (int, error) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	publish := func(id int) (int, error) {
 		data := eventData(id)
-		body, _ := json.Marshal(map[string]any{"name": "bench", "channel": channel, "data": data})
-		path := "/apps/" + *appID + "/events"
-		q := auth.SignRequest(http.MethodPost, path, url.Values{}, body, *key, *secret, time.Now())
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path+"?"+q.Encode(), bytes.NewReader(body))
+		st, err := pusherclient.Trigger(ctx, client, addr, app, channel, "bench", data)
 		if err != nil {
 			return 0, err
 		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("trigger: HTTP %d", resp.StatusCode)
+		if st != http.StatusOK {
+			return 0, fmt.Errorf("trigger: HTTP %d", st)
 		}
 		ev, _ := json.Marshal(map[string]string{"event": "bench", "channel": channel, "data": data})
 		return len(ev), nil

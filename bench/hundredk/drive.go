@@ -20,9 +20,10 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
-var benchApp = benchkit.App{ID: "hk", Key: "hk-key", Secret: "hk-secret"}
+var benchApp = pusherclient.App{ID: "hk", Key: "hk-key", Secret: "hk-secret"}
 
 type workerProc struct {
 	cmd   *exec.Cmd
@@ -332,7 +333,7 @@ func startWorker(self, out string, i, n int, addrs []string) (*workerProc, error
 // latencies every worker saw.
 func broadcast(ws []*workerProc, addr, id string, wait time.Duration) (map[string]any, error) {
 	body, _ := json.Marshal(map[string]any{"name": "mark", "channel": "all", "data": id + ":" + strconv.FormatInt(time.Now().UnixNano(), 10)})
-	code, b, err := benchkit.API(context.Background(), &http.Client{Timeout: 30 * time.Second}, addr, app, http.MethodPost, "/apps/"+app.ID+"/events", nil, body)
+	code, b, err := pusherclient.API(context.Background(), &http.Client{Timeout: 30 * time.Second}, addr, app, http.MethodPost, "/apps/"+app.ID+"/events", nil, body)
 	if err != nil || code != http.StatusOK {
 		return nil, fmt.Errorf("publish: %d %s %v", code, b, err)
 	}

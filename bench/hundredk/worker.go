@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/reverbgo/reverbgo/bench/internal/benchkit"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 // A worker process holds --n sockets (these machines cap a process at 20,000 open files,
@@ -97,9 +97,9 @@ func (w *worker) hold(ctx context.Context, at int, first chan struct{}) {
 	for attempt := 0; ; attempt++ {
 		addr := w.addrs[(at+attempt)%len(w.addrs)]
 		w.dials <- struct{}{}
-		// From one of 127.0.0.2-.201 at random (benchkit.DialFrom: not every socket of the
+		// From one of 127.0.0.2-.201 at random (pusherclient.Options.Source: not every socket of the
 		// machine on 127.0.0.1's ephemeral range).
-		c, err := benchkit.DialFrom(ctx, net.IPv4(127, 0, 0, byte(2+rand.IntN(200))), addr, app, "hundredk", 20*time.Second)
+		c, err := pusherclient.DialWith(ctx, addr, app.Key, pusherclient.Options{Client: "hundredk", Timeout: 20 * time.Second, Source: net.IPv4(127, 0, 0, byte(2+rand.IntN(200)))})
 		if err == nil {
 			if _, err = c.Subscribe(app, w.channel, ""); err != nil {
 				c.Close()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,11 +19,11 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/google/uuid"
-	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 	"github.com/reverbgo/reverbgo/internal/testenv"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
@@ -102,46 +103,42 @@ func buildNode(t *testing.T, cfg *config.Config, metrics *prometheus.Registry) *
 }
 
 type event struct {
-	Event   string `json:"event"`
-	Channel string `json:"channel"`
-	Data    string `json:"data"`
+	Event   string
+	Channel string
+	Data    string
 }
 
-// wsClient is a gorilla WebSocket client whose reader goroutine feeds events.
+var testApp = pusherclient.App{ID: appID, Key: appKey, Secret: secret}
+
+// wsClient is a Pusher client whose reader goroutine feeds events.
 type wsClient struct {
 	t      *testing.T
-	ws     *websocket.Conn
+	conn   *pusherclient.Conn
 	events chan event
 	socket string
 }
 
 func connect(t *testing.T, nd *testNode) *wsClient {
 	t.Helper()
-	u := "ws" + strings.TrimPrefix(nd.ts.URL, "http") + "/app/" + appKey + "?protocol=7"
-	ws, _, err := websocket.DefaultDialer.Dial(u, nil)
+	conn, err := pusherclient.DialWith(context.Background(), nd.ts.URL, appKey, pusherclient.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &wsClient{t: t, ws: ws, events: make(chan event, 100)}
+	c := &wsClient{t: t, conn: conn, events: make(chan event, 100), socket: conn.ID}
 	go func() {
 		defer close(c.events)
 		for {
-			_, p, err := ws.ReadMessage()
+			f, err := conn.Read()
 			if err != nil {
+				if errors.Is(err, pusherclient.ErrBadFrame) {
+					continue
+				}
 				return
 			}
-			var ev event
-			if json.Unmarshal(p, &ev) == nil {
-				c.events <- ev
-			}
+			c.events <- event{f.Event, f.Channel, f.Str()}
 		}
 	}()
-	t.Cleanup(func() { _ = ws.Close() })
-	var est struct {
-		SocketID string `json:"socket_id"`
-	}
-	_ = json.Unmarshal([]byte(c.next("pusher:connection_established", "").Data), &est)
-	c.socket = est.SocketID
+	t.Cleanup(func() { _ = conn.Close() })
 	return c
 }
 
@@ -184,14 +181,14 @@ func (c *wsClient) skipTo(name, channel string) event {
 
 func (c *wsClient) send(v any) {
 	c.t.Helper()
-	if err := c.ws.WriteJSON(v); err != nil {
+	if err := c.conn.Send(v); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
 func (c *wsClient) subscribe(channel string) {
 	c.t.Helper()
-	c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": channel}})
+	c.send(pusherclient.SubscribeMessage(testApp, c.socket, channel, "", nil))
 	c.next("pusher_internal:subscription_succeeded", channel)
 }
 
@@ -199,8 +196,7 @@ func (c *wsClient) subscribe(channel string) {
 func (c *wsClient) joinPresence(channel, user string) int {
 	c.t.Helper()
 	data := `{"user_id":"` + user + `","user_info":{"name":"` + user + `"}}`
-	sig := appKey + ":" + auth.PresenceSignature(secret, c.socket, channel, data)
-	c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": channel, "auth": sig, "channel_data": data}})
+	c.send(pusherclient.SubscribeMessage(testApp, c.socket, channel, data, nil))
 	var p struct {
 		Presence struct {
 			Count int `json:"count"`
@@ -213,16 +209,12 @@ func (c *wsClient) joinPresence(channel, user string) int {
 // trigger publishes through a node's signed HTTP API.
 func trigger(t *testing.T, nd *testNode, channel, name, data string) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"name": name, "channel": channel, "data": data})
-	path := "/apps/" + appID + "/events"
-	q := auth.SignRequest("POST", path, nil, body, appKey, secret, time.Now())
-	resp, err := http.Post(nd.ts.URL+path+"?"+q.Encode(), "application/json", strings.NewReader(string(body)))
+	st, err := pusherclient.Trigger(context.Background(), http.DefaultClient, nd.ts.URL, testApp, channel, name, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("trigger on %s: %d", channel, resp.StatusCode)
+	if st != 200 {
+		t.Fatalf("trigger on %s: %d", channel, st)
 	}
 }
 
@@ -230,13 +222,10 @@ func trigger(t *testing.T, nd *testNode, channel, name, data string) {
 func apiGet(t *testing.T, nd *testNode, path, query string) string {
 	t.Helper()
 	q, _ := neturl.ParseQuery(query)
-	signed := auth.SignRequest("GET", path, q, nil, appKey, secret, time.Now())
-	resp, err := http.Get(nd.ts.URL + path + "?" + signed.Encode())
+	_, b, err := pusherclient.API(context.Background(), http.DefaultClient, nd.ts.URL, testApp, http.MethodGet, path, q, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	return strings.TrimSpace(string(b))
 }
 
@@ -310,7 +299,7 @@ func TestTwoNodes(t *testing.T) {
 			// Cluster-wide answers on A about sockets on B.
 			tm := connect(t, b)
 			tmCh := "private-toolmark.u9.c1"
-			tm.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": tmCh, "auth": appKey + ":" + auth.ChannelSignature(secret, tm.socket, tmCh)}})
+			tm.send(pusherclient.SubscribeMessage(testApp, tm.socket, tmCh, "", nil))
 			var session struct{ Token string }
 			_ = json.Unmarshal([]byte(tm.next("toolmark.session", tmCh).Data), &session)
 			tm.next("pusher_internal:subscription_succeeded", tmCh)

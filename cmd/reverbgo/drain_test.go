@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -127,7 +128,7 @@ func (d *servedNode) gauge(t *testing.T, name string) float64 {
 
 // drainClient is a Pusher client that records its events and when it was told 4200.
 type drainClient struct {
-	*testutil.PusherClient
+	*pusherclient.Listener
 	mu     sync.Mutex
 	events []string
 	told   time.Time // pusher:error 4200
@@ -155,10 +156,10 @@ func dialDrain(t *testing.T, d *servedNode, channel string) *drainClient {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c := &drainClient{}
-	pc, err := testutil.DialPusher(ctx, d.base, "d-key", func(ev testutil.PusherEvent) {
+	pc, err := pusherclient.DialListener(ctx, d.base, "d-key", pusherclient.Options{}, func(ev pusherclient.Frame) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if ev.Event == "pusher:error" && strings.Contains(ev.Data, "4200") && c.told.IsZero() {
+		if ev.Event == "pusher:error" && strings.Contains(ev.Str(), "4200") && c.told.IsZero() {
 			c.told = time.Now()
 		}
 		c.events = append(c.events, ev.Event)
@@ -166,9 +167,9 @@ func dialDrain(t *testing.T, d *servedNode, channel string) *drainClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.PusherClient = pc
-	t.Cleanup(pc.Close)
-	if err := pc.SubscribePrivate(ctx, "d-key", "d-secret", channel); err != nil {
+	c.Listener = pc
+	t.Cleanup(func() { _ = pc.Close() })
+	if err := pc.Subscribe(ctx, pusherclient.App{Key: "d-key", Secret: "d-secret"}, channel, ""); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -211,7 +212,7 @@ func TestDrainSequence(t *testing.T) {
 	clients = append(clients, dialDrain(t, d, "private-drain"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := testutil.TriggerEvent(ctx, http.DefaultClient, d.base, "d", "d-key", "d-secret", "private-drain", "during-delay", "{}")
+	st, err := pusherclient.Trigger(ctx, http.DefaultClient, d.base, pusherclient.App{ID: "d", Key: "d-key", Secret: "d-secret"}, "private-drain", "during-delay", "{}")
 	if err != nil || st != 200 {
 		t.Fatalf("HTTP API during the delay: %d %v", st, err)
 	}

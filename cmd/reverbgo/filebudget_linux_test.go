@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -65,19 +65,19 @@ func TestCapHoldsAfterEverySocketWasSlow(t *testing.T) {
 	defer cancel()
 	hc := &http.Client{Timeout: 10 * time.Second}
 	payload := strings.Repeat("x", evBytes)
-	clients := make([]*websocket.Conn, conns)
+	clients := make([]*pusherclient.Conn, conns)
 	for i := range clients {
 		c := dialSmallWindow(t, ctx, p.URL)
 		clients[i] = c
 		if ev := readEvent(t, c); ev.Event != "pusher:connection_established" {
-			t.Fatalf("client %d: first event %s %s", i, ev.Event, ev.Data)
+			t.Fatalf("client %d: first event %s %s", i, ev.Event, ev.Str())
 		}
 		channel := fmt.Sprintf("slow-%d", i)
-		if err := c.WriteJSON(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": channel}}); err != nil {
+		if err := c.Send(pusherclient.SubscribeMessage(pusherclient.App{}, "", channel, "", nil)); err != nil {
 			t.Fatal(err)
 		}
 		if ev := readEvent(t, c); ev.Event != "pusher_internal:subscription_succeeded" {
-			t.Fatalf("client %d: %s %s, want subscription_succeeded", i, ev.Event, ev.Data)
+			t.Fatalf("client %d: %s %s, want subscription_succeeded", i, ev.Event, ev.Str())
 		}
 		if resp, err := hc.Get(p.URL + "/up"); err != nil { // the keep-alive connection
 			t.Fatal(err)
@@ -95,7 +95,7 @@ func TestCapHoldsAfterEverySocketWasSlow(t *testing.T) {
 			if sent == maxEvents {
 				t.Fatalf("client %d: %d events of %d KiB and no slow path descriptor appeared (%d of %d descriptors open)", i, sent, evBytes>>10, fds(), nofile)
 			}
-			code, err := testutil.TriggerEvent(ctx, hc, p.URL, "fb", "fb-key", "fb-secret", channel, "big", payload)
+			code, err := pusherclient.Trigger(ctx, hc, p.URL, pusherclient.App{ID: "fb", Key: "fb-key", Secret: "fb-secret"}, channel, "big", payload)
 			if err != nil || code != http.StatusOK {
 				t.Fatalf("client %d: trigger: %d %v\n%s", i, code, err, p.Logs())
 			}
@@ -107,7 +107,7 @@ func TestCapHoldsAfterEverySocketWasSlow(t *testing.T) {
 			case ev.Event == "big":
 				n++
 			case ev.Event != "pusher:ping":
-				t.Fatalf("client %d: %s %.200s", i, ev.Event, ev.Data)
+				t.Fatalf("client %d: %s %.200s", i, ev.Event, ev.Str())
 			}
 		}
 		// Drained, the connection holds one descriptor again once its writer is idle: let
@@ -119,18 +119,18 @@ func TestCapHoldsAfterEverySocketWasSlow(t *testing.T) {
 	t.Logf("descriptors: %d", fds())
 	// Every connection is still open (a ping is answered), and the node is at its cap.
 	for i, c := range clients {
-		if err := c.WriteJSON(map[string]any{"event": "pusher:ping", "data": map[string]any{}}); err != nil {
+		if err := c.Ping(); err != nil {
 			t.Fatalf("client %d: %v", i, err)
 		}
 		if ev := readEvent(t, c); ev.Event != "pusher:pong" {
-			t.Fatalf("client %d: %s %s, want pusher:pong", i, ev.Event, ev.Data)
+			t.Fatalf("client %d: %s %s, want pusher:pong", i, ev.Event, ev.Str())
 		}
 	}
 	over := dialSmallWindow(t, ctx, p.URL)
-	if ev := readEvent(t, over); ev.Event != "pusher:error" || !strings.Contains(ev.Data, "4100") {
-		t.Fatalf("the client over the cap got %s %s, want pusher:error 4100\n%s", ev.Event, ev.Data, p.Logs())
+	if ev := readEvent(t, over); ev.Event != "pusher:error" || !strings.Contains(ev.Str(), "4100") {
+		t.Fatalf("the client over the cap got %s %s, want pusher:error 4100\n%s", ev.Event, ev.Str(), p.Logs())
 	}
-	code, err := testutil.TriggerEvent(ctx, hc, p.URL, "fb", "fb-key", "fb-secret", "slow-0", "small", "{}")
+	code, err := pusherclient.Trigger(ctx, hc, p.URL, pusherclient.App{ID: "fb", Key: "fb-key", Secret: "fb-secret"}, "slow-0", "small", "{}")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("the HTTP API at the cap: %d %v\n%s", code, err, p.Logs())
 	}
@@ -143,13 +143,12 @@ func TestCapHoldsAfterEverySocketWasSlow(t *testing.T) {
 }
 
 // dialSmallWindow opens a Pusher WebSocket whose socket has a small receive buffer.
-func dialSmallWindow(t *testing.T, ctx context.Context, baseURL string) *websocket.Conn {
+func dialSmallWindow(t *testing.T, ctx context.Context, baseURL string) *pusherclient.Conn {
 	t.Helper()
 	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10) })
 	}}).DialContext}
-	u := "ws" + strings.TrimPrefix(baseURL, "http") + "/app/fb-key?protocol=7&client=go&version=test"
-	c, _, err := d.DialContext(ctx, u, nil)
+	c, err := pusherclient.DialWith(ctx, baseURL, "fb-key", pusherclient.Options{Dialer: &d, NoEstablished: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,14 +157,10 @@ func dialSmallWindow(t *testing.T, ctx context.Context, baseURL string) *websock
 }
 
 // readEvent reads the next Pusher event (within 10 s).
-func readEvent(t *testing.T, c *websocket.Conn) testutil.PusherEvent {
+func readEvent(t *testing.T, c *pusherclient.Conn) pusherclient.Frame {
 	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var ev testutil.PusherEvent
-	_, p, err := c.ReadMessage()
-	if err == nil {
-		err = json.Unmarshal(p, &ev)
-	}
+	_ = c.WS.SetReadDeadline(time.Now().Add(10 * time.Second))
+	ev, err := c.Read()
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 // servePlain runs a node the way serve does without TLS: its listener behind the pusher's
@@ -85,8 +86,7 @@ func TestH2CCallsAPI(t *testing.T) {
 	nd := servePlain(t, "apps:\n  - {app_id: "+appID+", key: "+appKey+", secret: "+secret+", toolmark: {enabled: true}}\n")
 	page := connect(t, nd) // the WebSocket upgrade on the same port
 	const conv, ch = "c1", "private-toolmark.u1.c1"
-	page.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": ch,
-		"auth": appKey + ":" + auth.ChannelSignature(secret, page.socket, ch)}})
+	page.send(pusherclient.SubscribeMessage(testApp, page.socket, ch, "", nil))
 	var session struct {
 		Token string `json:"token"`
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/reverbgo/reverbgo/auth"
 	"github.com/reverbgo/reverbgo/bridge"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -80,8 +80,7 @@ func mcpFlow(t *testing.T, a, b *testNode, version string) {
 	conv := "c" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	ch := "private-toolmark.u1." + conv
 	page := connect(t, b)
-	page.send(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": ch,
-		"auth": appKey + ":" + auth.ChannelSignature(secret, page.socket, ch)}})
+	page.send(pusherclient.SubscribeMessage(testApp, page.socket, ch, "", nil))
 	var session struct {
 		Token string `json:"token"`
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -90,18 +91,18 @@ func (r *reloadNode) reloads(t *testing.T, result string) float64 {
 	return 0
 }
 
-func (r *reloadNode) dial(t *testing.T, key string) (*testutil.PusherClient, error) {
+func (r *reloadNode) dial(t *testing.T, key string) (*pusherclient.Listener, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := testutil.DialPusher(ctx, r.base, key, nil)
+	c, err := pusherclient.DialListener(ctx, r.base, key, pusherclient.Options{}, nil)
 	if err == nil {
-		t.Cleanup(c.Close)
+		t.Cleanup(func() { _ = c.Close() })
 	}
 	return c, err
 }
 
-func (r *reloadNode) mustDial(t *testing.T, key string) *testutil.PusherClient {
+func (r *reloadNode) mustDial(t *testing.T, key string) *pusherclient.Listener {
 	t.Helper()
 	c, err := r.dial(t, key)
 	if err != nil {
@@ -123,7 +124,7 @@ func (r *reloadNode) trigger(t *testing.T, app, secret string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := testutil.TriggerEvent(ctx, http.DefaultClient, r.base, app, app+"-key", secret, "ch", "ev", "{}")
+	st, err := pusherclient.Trigger(ctx, http.DefaultClient, r.base, pusherclient.App{ID: app, Key: app + "-key", Secret: secret}, "ch", "ev", "{}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func (r *reloadNode) trigger(t *testing.T, app, secret string) int {
 }
 
 // closedWith waits for c to be closed by the server with code.
-func closedWith(t *testing.T, c *testutil.PusherClient, code int) {
+func closedWith(t *testing.T, c *pusherclient.Listener, code int) {
 	t.Helper()
 	testutil.WaitFor(t, fmt.Sprintf("close %d", code), func() bool { return c.Err() != nil })
 	if got := closeCode(c.Err()); got != code {
@@ -139,10 +140,10 @@ func closedWith(t *testing.T, c *testutil.PusherClient, code int) {
 	}
 }
 
-func subscribeWith(c *testutil.PusherClient, key, secret, channel string) error {
+func subscribeWith(c *pusherclient.Listener, key, secret, channel string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	return c.SubscribePrivate(ctx, key, secret, channel)
+	return c.Subscribe(ctx, pusherclient.App{Key: key, Secret: secret}, channel, "")
 }
 
 // TestReloadApps: SIGHUP applies each change of apps at once, and leaves the sockets of
@@ -168,7 +169,7 @@ func TestReloadApps(t *testing.T) {
 			after:  strings.Replace(reloadApps, "  - {app_id: gone, key: gone-key, secret: gone-secret}\n", "", 1),
 			before: func(t *testing.T, r *reloadNode) any { return r.mustDial(t, "gone-key") },
 			check: func(t *testing.T, r *reloadNode, s any) {
-				closedWith(t, s.(*testutil.PusherClient), 4001)
+				closedWith(t, s.(*pusherclient.Listener), 4001)
 				if st := r.trigger(t, "gone", "gone-secret"); st != 404 {
 					t.Fatalf("API of the removed app: %d, want 404", st)
 				}
@@ -178,7 +179,7 @@ func TestReloadApps(t *testing.T) {
 			after:  strings.Replace(reloadApps, "secret: off-secret}", "secret: off-secret, enabled: false}", 1),
 			before: func(t *testing.T, r *reloadNode) any { return r.mustDial(t, "off-key") },
 			check: func(t *testing.T, r *reloadNode, s any) {
-				closedWith(t, s.(*testutil.PusherClient), 4003)
+				closedWith(t, s.(*pusherclient.Listener), 4003)
 				r.refused(t, "off-key", 4003)
 			}},
 		{name: "changed secret signs and verifies with the new one",
@@ -191,7 +192,7 @@ func TestReloadApps(t *testing.T) {
 				if st := r.trigger(t, "rekey", "new-secret"); st != 200 {
 					t.Fatalf("API signed with the new secret: %d", st)
 				}
-				c := s.(*testutil.PusherClient) // connected before the reload
+				c := s.(*pusherclient.Listener) // connected before the reload
 				if err := subscribeWith(c, "rekey-key", "new-secret", "private-a"); err != nil {
 					t.Fatalf("channel auth with the new secret: %v", err)
 				}
@@ -209,7 +210,7 @@ func TestReloadApps(t *testing.T) {
 			check: func(t *testing.T, r *reloadNode, s any) {
 				r.mustDial(t, "lim-key")
 				r.refused(t, "lim-key", 4004)
-				if s.(*testutil.PusherClient).Dropped() {
+				if s.(*pusherclient.Listener).Dropped() {
 					t.Fatal("the first socket was closed")
 				}
 			}},

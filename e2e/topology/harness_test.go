@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -41,7 +42,7 @@ type harness struct {
 	t       *testing.T
 	top     *testutil.Topology
 	nodes   []*testutil.Process
-	clients []*testutil.PusherClient
+	clients []*pusherclient.Listener
 	recs    []record
 	sent    atomic.Int64 // events sent (the next sequence number)
 	hc      *http.Client
@@ -76,12 +77,12 @@ func newHarness(t *testing.T, bin string, top *testutil.Topology, scalingKeys st
 			node = h.nodes[2]
 		}
 		want := channelOf(i)
-		c, err := testutil.DialPusher(ctx, node.URL, appKey, func(ev testutil.PusherEvent) { h.deliver(want, ev) })
+		c, err := pusherclient.DialListener(ctx, node.URL, appKey, pusherclient.Options{}, func(ev pusherclient.Frame) { h.deliver(want, ev) })
 		if err != nil {
 			t.Fatalf("subscriber %d: %v", i, err)
 		}
-		t.Cleanup(c.Close)
-		if err := c.SubscribePrivate(ctx, appKey, appSecret, want); err != nil {
+		t.Cleanup(func() { _ = c.Close() })
+		if err := c.Subscribe(ctx, pusherclient.App{Key: appKey, Secret: appSecret}, want, ""); err != nil {
 			t.Fatalf("subscriber %d: %v", i, err)
 		}
 		h.clients = append(h.clients, c)
@@ -95,12 +96,12 @@ type payload struct {
 }
 
 // deliver records one event a subscriber of channel want received.
-func (h *harness) deliver(want string, ev testutil.PusherEvent) {
+func (h *harness) deliver(want string, ev pusherclient.Frame) {
 	if ev.Event != "fault-test" {
 		return
 	}
 	var p payload
-	if json.Unmarshal([]byte(ev.Data), &p) != nil || p.Seq < 0 || p.Seq >= len(h.recs) {
+	if json.Unmarshal([]byte(ev.Str()), &p) != nil || p.Seq < 0 || p.Seq >= len(h.recs) {
 		return
 	}
 	r := &h.recs[p.Seq]
@@ -136,7 +137,7 @@ func (h *harness) publish(ctx context.Context) {
 		h.pubWG.Add(1)
 		go func() {
 			defer h.pubWG.Done()
-			st, err := testutil.TriggerEvent(context.Background(), h.hc, h.nodes[1].URL, appID, appKey, appSecret, channelOf(seq), "fault-test", string(data))
+			st, err := pusherclient.Trigger(context.Background(), h.hc, h.nodes[1].URL, pusherclient.App{ID: appID, Key: appKey, Secret: appSecret}, channelOf(seq), "fault-test", string(data))
 			if err != nil {
 				st = -1
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -78,7 +79,7 @@ type recRun struct {
 	top    *testutil.Topology
 	nodes  []*testutil.Process
 	subs   []*recSub
-	others []*testutil.PusherClient // node 4's subscribers: not judged (their node dies)
+	others []*pusherclient.Listener // node 4's subscribers: not judged (their node dies)
 	evs    []recEvent
 	sent   atomic.Int64
 	killed atomic.Bool // node 4 is gone: publish through node 2 only
@@ -93,14 +94,14 @@ type recEvent struct {
 
 // recSub is one judged socket and what it received per channel.
 type recSub struct {
-	c       *testutil.PusherClient
+	c       *pusherclient.Listener
 	mu      sync.Mutex
 	streams map[string]*stream
 }
 
 func recChannel(i int) string { return "private-rec-" + strconv.Itoa(i%recChannels) }
 
-func (s *recSub) receive(ev testutil.PusherEvent) {
+func (s *recSub) receive(ev pusherclient.Frame) {
 	it := item{at: time.Now()}
 	switch ev.Event {
 	case "pusher:resume_failed":
@@ -109,16 +110,16 @@ func (s *recSub) receive(ev testutil.PusherEvent) {
 			Epoch  string `json:"epoch"`
 			Serial uint64 `json:"serial"`
 		}
-		if json.Unmarshal([]byte(ev.Data), &d) != nil {
+		if json.Unmarshal([]byte(ev.Str()), &d) != nil {
 			return
 		}
 		it.told, it.reason, it.epoch, it.serial = true, d.Reason, d.Epoch, d.Serial
 	case "rec-test":
 		var p payload
-		if json.Unmarshal([]byte(ev.Data), &p) != nil {
+		if json.Unmarshal([]byte(ev.Str()), &p) != nil {
 			return
 		}
-		it.seq, it.serial = p.Seq, ev.Serial
+		it.seq, it.serial = p.Seq, ev.SerialOr0()
 	default:
 		return
 	}
@@ -165,15 +166,15 @@ func newRecRun(t *testing.T, bin string, sc recScenario, top *testutil.Topology,
 			node = r.nodes[2]
 		}
 		s := &recSub{streams: map[string]*stream{}}
-		c, err := testutil.DialPusher(ctx, node.URL, appKey, s.receive)
+		c, err := pusherclient.DialListener(ctx, node.URL, appKey, pusherclient.Options{}, s.receive)
 		if err != nil {
 			t.Fatalf("subscriber %d: %v", i, err)
 		}
-		t.Cleanup(c.Close)
+		t.Cleanup(func() { _ = c.Close() })
 		s.c = c
 		for k := range recPerSub {
 			ch := recChannel(i + k)
-			if err := c.SubscribePrivate(ctx, appKey, appSecret, ch); err != nil {
+			if err := c.Subscribe(ctx, pusherclient.App{Key: appKey, Secret: appSecret}, ch, ""); err != nil {
 				t.Fatalf("subscriber %d: %v", i, err)
 			}
 			ans, _ := c.Subscription(ch)
@@ -184,20 +185,20 @@ func newRecRun(t *testing.T, bin string, sc recScenario, top *testutil.Topology,
 			if s.streams[ch] == nil {
 				s.streams[ch] = &stream{}
 			}
-			s.streams[ch].epoch, s.streams[ch].last = ans.Epoch, ans.Serial
+			s.streams[ch].epoch, s.streams[ch].last = ans.Epoch, ans.SerialOr0()
 			s.mu.Unlock()
 		}
 		r.subs = append(r.subs, s)
 	}
 	if sc.nodes > 3 { // the node that dies has subscribers of every channel too
-		c, err := testutil.DialPusher(ctx, r.nodes[3].URL, appKey, nil)
+		c, err := pusherclient.DialListener(ctx, r.nodes[3].URL, appKey, pusherclient.Options{}, nil)
 		if err != nil {
 			t.Fatalf("node 4's subscriber: %v", err)
 		}
-		t.Cleanup(c.Close)
+		t.Cleanup(func() { _ = c.Close() })
 		r.others = append(r.others, c)
 		for i := range recChannels {
-			if err := c.SubscribePrivate(ctx, appKey, appSecret, recChannel(i)); err != nil {
+			if err := c.Subscribe(ctx, pusherclient.App{Key: appKey, Secret: appSecret}, recChannel(i), ""); err != nil {
 				t.Fatalf("node 4's subscriber: %v", err)
 			}
 		}
@@ -231,7 +232,7 @@ func (r *recRun) publish(ctx context.Context) {
 		r.pubWG.Add(1)
 		go func() {
 			defer r.pubWG.Done()
-			st, err := testutil.TriggerEvent(context.Background(), r.hc, node.URL, appID, appKey, appSecret, recChannel(seq), "rec-test", string(data))
+			st, err := pusherclient.Trigger(context.Background(), r.hc, node.URL, pusherclient.App{ID: appID, Key: appKey, Secret: appSecret}, recChannel(seq), "rec-test", string(data))
 			if err != nil {
 				st = -1
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 // The agent side of the load tools over reverbgo's MCP endpoint ({server.path}/toolmark/mcp):
@@ -29,7 +30,7 @@ const MCPProtocol = "2025-11-25"
 
 // MCPToken is an HS256 token of app for user's conversation conv with aud resource, valid
 // for ttl: what an app mints for its agent (mcp/auth.go has the rules).
-func MCPToken(app App, user, conv, resource string, ttl time.Duration) (string, error) {
+func MCPToken(app pusherclient.App, user, conv, resource string, ttl time.Duration) (string, error) {
 	now := time.Now()
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 		"iss": app.Key, "sub": user, "conversation_id": conv, "aud": resource,

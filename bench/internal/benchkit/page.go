@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 // The Toolmark page side of the load tools: what a page posts and what it reads.
@@ -54,7 +56,7 @@ func llmName(tool string) string {
 }
 
 // SessionToken is the page token of a toolmark.session frame.
-func SessionToken(f Frame) (string, bool) {
+func SessionToken(f pusherclient.Frame) (string, bool) {
 	if f.Event != "toolmark.session" {
 		return "", false
 	}
@@ -66,7 +68,7 @@ func SessionToken(f Frame) (string, bool) {
 }
 
 // Call is the id and input of a toolmark.message frame carrying a call.
-func Call(f Frame) (id string, input json.RawMessage, ok bool) {
+func Call(f pusherclient.Frame) (id string, input json.RawMessage, ok bool) {
 	if f.Event != "toolmark.message" {
 		return "", nil, false
 	}

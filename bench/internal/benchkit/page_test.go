@@ -3,6 +3,8 @@ package benchkit
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/reverbgo/reverbgo/internal/pusherclient"
 )
 
 func TestPageFrames(t *testing.T) {
@@ -13,17 +15,17 @@ func TestPageFrames(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		f         Frame
+		f         pusherclient.Frame
 		token     string
 		isSession bool
 		callID    string
 		isCall    bool
 	}{
-		{"session", Frame{Event: "toolmark.session", Data: str(map[string]string{"token": "tk"})}, "tk", true, "", false},
-		{"call", Frame{Event: "toolmark.message", Data: str(map[string]any{"message": map[string]any{"type": "call", "id": "c1", "input": map[string]int{"seq": 1}}})}, "", false, "c1", true},
-		{"not a call", Frame{Event: "toolmark.message", Data: str(map[string]any{"message": map[string]any{"type": "cancel", "id": "c1"}})}, "", false, "", false},
-		{"other event", Frame{Event: "pusher:pong"}, "", false, "", false},
-		{"garbage", Frame{Event: "toolmark.message", Data: json.RawMessage(`"{"`)}, "", false, "", false},
+		{"session", pusherclient.Frame{Event: "toolmark.session", Data: str(map[string]string{"token": "tk"})}, "tk", true, "", false},
+		{"call", pusherclient.Frame{Event: "toolmark.message", Data: str(map[string]any{"message": map[string]any{"type": "call", "id": "c1", "input": map[string]int{"seq": 1}}})}, "", false, "c1", true},
+		{"not a call", pusherclient.Frame{Event: "toolmark.message", Data: str(map[string]any{"message": map[string]any{"type": "cancel", "id": "c1"}})}, "", false, "", false},
+		{"other event", pusherclient.Frame{Event: "pusher:pong"}, "", false, "", false},
+		{"garbage", pusherclient.Frame{Event: "toolmark.message", Data: json.RawMessage(`"{"`)}, "", false, "", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,3 +1,5 @@
+// Package benchkit is what the load tools of bench/ share beyond the Pusher client
+// (internal/pusherclient): the bridge page and MCP helpers and process CPU and RSS.
 package benchkit
 
 import (
