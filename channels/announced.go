@@ -1,10 +1,6 @@
 package channels
 
-import (
-	"bytes"
-	"encoding/json"
-	"sync"
-)
+import "sync"
 
 // The announced sets: per local presence channel, the user ids this node's subscribers were
 // told are members (the subscription_succeeded list, then every member_added / member_removed
@@ -14,8 +10,9 @@ import (
 // delivers the missing events to its local sockets only (pusher/presence_reconcile.go).
 // A set keeps the ids any local subscriber was told of and those every one was (see
 // announcedSet); it exists only while its channel has a local subscriber and holds at most
-// its app's max_presence_members ids. Only frames of presence channels whose bytes start with a
-// member event are decoded; every other frame costs one prefix check.
+// its app's max_presence_members ids. A member event says what it is in Message.Member (set
+// by the server that encodes it, carried between nodes in the envelope): the frame is never
+// read here.
 
 // announcedSet is one channel's: any holds the ids some local subscriber was told (a
 // ghost is looked for there: a member_removed for a user a client does not list is a
@@ -96,83 +93,23 @@ func (r *Registry) dropAnnounced(k key) {
 	a.mu.Unlock()
 }
 
-var (
-	memberEventPrefix = []byte(`{"event":"pusher_internal:member_`)
-	memberAddedName   = []byte(`added"`)
-	memberRemovedName = []byte(`removed"`)
-)
-
-// frameText returns the payload of an unmasked server text frame (ws.AppendFrame), or nil.
-func frameText(f []byte) []byte {
-	if len(f) < 2 {
-		return nil
-	}
-	switch n := f[1] & 0x7f; {
-	case n < 126:
-		return f[2:]
-	case n == 126 && len(f) >= 4:
-		return f[4:]
-	case n == 127 && len(f) >= 10:
-		return f[10:]
-	}
-	return nil
-}
-
-// noteAnnounced updates the channel's announced set with a member event delivered locally.
+// noteAnnounced updates the channel's announced set with a member event delivered locally
+// (m.Member; the frame is never read).
 func (r *Registry) noteAnnounced(m Message) {
-	if !KindOf(m.Channel).IsPresence() {
-		return
-	}
-	p := frameText(m.Frame)
-	if !bytes.HasPrefix(p, memberEventPrefix) {
-		return
-	}
-	rest := p[len(memberEventPrefix):]
-	added := bytes.HasPrefix(rest, memberAddedName)
-	if !added && !bytes.HasPrefix(rest, memberRemovedName) {
+	if m.Member.Kind == NotMember || !KindOf(m.Channel).IsPresence() {
 		return
 	}
 	a := &r.ann
 	a.mu.Lock()
-	s := a.sets[key{m.AppID, m.Channel}]
-	a.mu.Unlock()
-	if s == nil {
-		return
-	}
-	id, ok := memberEventUser(p)
-	if !ok {
-		return
-	}
-	a.mu.Lock()
-	if a.sets[key{m.AppID, m.Channel}] == s {
-		if added {
-			s.add(id)
-		} else {
-			s.remove(id)
+	if s := a.sets[key{m.AppID, m.Channel}]; s != nil {
+		switch m.Member.Kind {
+		case MemberAdded:
+			s.add(m.Member.UserID)
+		case MemberRemoved:
+			s.remove(m.Member.UserID)
 		}
 	}
 	a.mu.Unlock()
-}
-
-// memberEventUser decodes the user_id of a member_added / member_removed event.
-func memberEventUser(payload []byte) (string, bool) {
-	var ev struct {
-		Data string `json:"data"`
-	}
-	if json.Unmarshal(payload, &ev) != nil {
-		return "", false
-	}
-	var d struct {
-		UserID json.RawMessage `json:"user_id"`
-	}
-	if json.Unmarshal([]byte(ev.Data), &d) != nil || len(d.UserID) == 0 {
-		return "", false
-	}
-	var id string
-	if json.Unmarshal(d.UserID, &id) == nil {
-		return id, true
-	}
-	return string(d.UserID), true // a numeric id, as userIDString keeps it
 }
 
 // AnnouncedChannels lists the channels with an announced set, dropping the sets of channels

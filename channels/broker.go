@@ -17,7 +17,26 @@ type Message struct {
 	// under the channel's lock), so every node delivers it with the serial. nil for
 	// everything else.
 	Recovery *HistoryLimits
+	// Member, on a presence channel's pusher_internal:member_added / member_removed, is
+	// what the event tells (the zero value on every other message): the registry keeps its
+	// announced sets from it without reading Frame, and it crosses nodes in the envelope.
+	Member MemberEvent
 }
+
+// MemberEvent is the meaning of a presence member event: which user was added or removed.
+type MemberEvent struct {
+	Kind   MemberKind
+	UserID string
+}
+
+// MemberKind tells a member_added from a member_removed; NotMember marks any other message.
+type MemberKind uint8
+
+const (
+	NotMember MemberKind = iota
+	MemberAdded
+	MemberRemoved
+)
 
 // Broker carries publishes to every node. Each node's broker calls the registry's
 // DeliverLocal for every message, including its own. Publish must not wait on the network

@@ -20,10 +20,15 @@ type deflatingSink struct {
 	shared int // frames taken through SendFrame
 }
 
-func (s *deflatingSink) SocketID() string       { return s.id }
-func (s *deflatingSink) Deflater() *ws.Deflater { return s.d }
-func (s *deflatingSink) Send(f []byte)          { s.record(f, false) }
-func (s *deflatingSink) SendFrame(f []byte)     { s.record(f, true) }
+func (s *deflatingSink) SocketID() string { return s.id }
+func (s *deflatingSink) Deflater() channels.Compressor {
+	if s.d == nil {
+		return nil
+	}
+	return s.d
+}
+func (s *deflatingSink) Send(f []byte)      { s.record(f, false) }
+func (s *deflatingSink) SendFrame(f []byte) { s.record(f, true) }
 func (s *deflatingSink) record(f []byte, shared bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -19,10 +19,20 @@ const (
 // subscription too, as it had no frame to deliver at publish time. flagEcho marks an event
 // the publishing node also delivers from its subscription (an HTTP API publish that waited
 // for Redis): every node then delivers it in Redis's order.
+//
+// flagMember marks a presence member event (Message.Member). Its kind and user id ride in
+// the except field, ahead of the except socket id: a kind byte (1 added, 2 removed), the
+// user id's uvarint length, the user id, then the socket id. A node of an older version
+// ignores the flag and reads the field as the except socket id; the control byte in front
+// matches no socket, and the socket it names is the publishing node's own, never one of
+// the reader's, so it delivers the event to every local subscriber exactly as before and
+// keeps reading the user id from the frame. The version tag stays rg2 (rg3) for the same
+// reason: an older node would drop a new tag, and its clients would miss member events.
 const (
 	flagCacheable = 1
 	flagSerialled = 2
 	flagEcho      = 4
+	flagMember    = 8
 )
 
 // envelope is one message between nodes.
@@ -36,7 +46,7 @@ type envelope struct {
 
 // cost is what a queued message counts against the backlog bound.
 func cost(m Message) int64 {
-	return int64(len(m.Frame)+len(m.AppID)+len(m.Channel)+len(m.Except)) + 64
+	return int64(len(m.Frame)+len(m.AppID)+len(m.Channel)+len(m.Except)+len(m.Member.UserID)) + 64
 }
 
 // encodeEnvelope lays out magic, a flags byte, the node's sequence number as a uvarint, then
@@ -55,7 +65,12 @@ func encodeEnvelope(e envelope) []byte {
 // epoch and the frame it makes (e.m.Frame and e.epoch are not used).
 func envelopePrefix(e envelope, room int) []byte {
 	m := e.m
-	buf := make([]byte, 0, len(envelopeMagic)+1+binary.MaxVarintLen64+4*binary.MaxVarintLen16+len(e.node)+len(m.AppID)+len(m.Channel)+len(m.Except)+room)
+	member := m.Member.Kind != NotMember
+	extra := 0
+	if member {
+		extra = 1 + binary.MaxVarintLen64 + len(m.Member.UserID)
+	}
+	buf := make([]byte, 0, len(envelopeMagic)+1+binary.MaxVarintLen64+4*binary.MaxVarintLen16+len(e.node)+len(m.AppID)+len(m.Channel)+len(m.Except)+extra+room)
 	var flags byte
 	if m.Cacheable {
 		flags |= flagCacheable
@@ -69,13 +84,45 @@ func envelopePrefix(e envelope, room int) []byte {
 	if e.echo {
 		flags |= flagEcho
 	}
+	if member {
+		flags |= flagMember
+	}
 	buf = append(buf, flags)
 	buf = binary.AppendUvarint(buf, e.seq)
-	for _, s := range [...]string{e.node, m.AppID, m.Channel, m.Except} {
+	for _, s := range [...]string{e.node, m.AppID, m.Channel} {
 		buf = binary.AppendUvarint(buf, uint64(len(s)))
 		buf = append(buf, s...)
 	}
-	return buf
+	if !member {
+		buf = binary.AppendUvarint(buf, uint64(len(m.Except)))
+		return append(buf, m.Except...)
+	}
+	id := m.Member.UserID
+	var idLen [binary.MaxVarintLen64]byte
+	w := binary.PutUvarint(idLen[:], uint64(len(id)))
+	buf = binary.AppendUvarint(buf, uint64(1+w+len(id)+len(m.Except)))
+	buf = append(buf, byte(m.Member.Kind))
+	buf = append(buf, idLen[:w]...)
+	buf = append(buf, id...)
+	return append(buf, m.Except...)
+}
+
+// splitMember reads the except field of a flagMember envelope: the member event, then the
+// except socket id.
+func splitMember(f string) (ev MemberEvent, except string, ok bool) {
+	if len(f) < 1 {
+		return ev, "", false
+	}
+	kind := MemberKind(f[0])
+	if kind != MemberAdded && kind != MemberRemoved {
+		return ev, "", false
+	}
+	n, w := binary.Uvarint([]byte(f[1:min(len(f), 1+binary.MaxVarintLen64)]))
+	if w <= 0 || n > uint64(len(f)-1-w) {
+		return ev, "", false
+	}
+	id := f[1+w : 1+w+int(n)]
+	return MemberEvent{Kind: kind, UserID: id}, f[1+w+int(n):], true
 }
 
 // serialled is what a received message's Recovery points at: its frame already carries
@@ -118,6 +165,12 @@ func decodeEnvelope(p []byte) (e envelope, ok bool) {
 		p = p[1+int(p[0]):]
 	}
 	e.m = Message{AppID: fields[1], Channel: fields[2], Except: fields[3], Frame: p, Cacheable: flags&flagCacheable != 0}
+	if flags&flagMember != 0 {
+		var ok bool
+		if e.m.Member, e.m.Except, ok = splitMember(fields[3]); !ok {
+			return envelope{}, false
+		}
+	}
 	if v3 {
 		e.m.Recovery = &serialled
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reverbgo/reverbgo/ws"
+	"github.com/reverbgo/reverbgo/internal/wsframe"
 )
 
 // History is a recovery channel's serials and recent events (issue 23): per (app, channel)
@@ -61,51 +61,23 @@ func NewEpoch() string {
 // object) with `,"serial":N` as its last top-level field, reframed: {"event":...,"serial":N}.
 // The Redis script does the same in Lua; the shared suite checks both give the same bytes.
 func AppendSerial(frame []byte, serial uint64) []byte {
-	payload := framePayload(frame)
+	payload := wsframe.Payload(frame)
 	if len(payload) == 0 || payload[len(payload)-1] != '}' {
 		return frame
 	}
-	buf := make([]byte, ws.TextHeaderRoom, ws.TextHeaderRoom+len(payload)+32)
+	buf := make([]byte, wsframe.TextHeaderRoom, wsframe.TextHeaderRoom+len(payload)+32)
 	buf = append(buf, payload[:len(payload)-1]...)
 	buf = append(buf, `,"serial":`...)
 	buf = strconv.AppendUint(buf, serial, 10)
 	buf = append(buf, '}')
-	return ws.TextFrameInPlace(buf)
-}
-
-// framePayload is an unmasked server frame's payload (nil if frame is not one).
-func framePayload(f []byte) []byte {
-	if len(f) < 2 {
-		return nil
-	}
-	n, h := int(f[1]&0x7f), 2
-	switch n {
-	case 126:
-		if len(f) < 4 {
-			return nil
-		}
-		n, h = int(f[2])<<8|int(f[3]), 4
-	case 127:
-		if len(f) < 10 {
-			return nil
-		}
-		n = 0
-		for _, b := range f[2:10] {
-			n = n<<8 | int(b)
-		}
-		h = 10
-	}
-	if h+n != len(f) {
-		return nil
-	}
-	return f[h:]
+	return wsframe.TextFrameInPlace(buf)
 }
 
 // SerialOf is the serial AppendSerial put at the end of frame's payload (0 = none). It
 // reads only the payload's tail: the per-subscription filter calls it on live frames.
 func SerialOf(frame []byte) uint64 {
 	const tag = `,"serial":`
-	p := framePayload(frame)
+	p := wsframe.Payload(frame)
 	if len(p) < len(tag)+2 || p[len(p)-1] != '}' {
 		return 0
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/internal/redisx"
+	"github.com/reverbgo/reverbgo/internal/wsframe"
 )
 
 var (
@@ -67,7 +68,7 @@ func (h *RedisHistory) epochCandidate() string {
 // give a serial to a second event, and the history marks the lost ones (a resume that needs
 // one is told too_old). Read the result with HistoryAppended.
 func (h *RedisHistory) AppendCmd(ctx context.Context, pipe redis.Scripter, app, ch string, lim HistoryLimits, except string, frame []byte, topic string, envPrefix []byte, node string, seq uint64, known Position) *redis.Cmd {
-	payload := framePayload(frame)
+	payload := wsframe.Payload(frame)
 	if len(payload) > 0 {
 		payload = payload[:len(payload)-1] // the script appends ,"serial":N}
 	}
@@ -119,7 +120,7 @@ func HistoryAppendedAt(cmd *redis.Cmd) (Position, []byte, error) {
 // Append implements History (without a publish: the broker's writer uses AppendCmd).
 // deliver runs after the script: across nodes the order is Redis's, carried by pub/sub.
 func (h *RedisHistory) Append(ctx context.Context, app, ch string, lim HistoryLimits, except string, frame []byte, deliver func(uint64, []byte)) (uint64, []byte, error) {
-	if framePayload(frame) == nil {
+	if wsframe.Payload(frame) == nil {
 		return 0, nil, errors.New("history: not a server frame")
 	}
 	cmd := h.AppendCmd(ctx, h.scripter(), app, ch, lim, except, frame, "", nil, "", 0, Position{})

@@ -63,8 +63,14 @@ func (c *Conn) Send(frame []byte) { c.ws.WriteCompressible(frame) }
 // already chosen the compressed or the plain one.
 func (c *Conn) SendFrame(frame []byte) { c.ws.WritePreframed(frame) }
 
-// Deflater is the socket's permessage-deflate compressor, nil if it negotiated none.
-func (c *Conn) Deflater() *ws.Deflater { return c.ws.Deflater() }
+// Deflater is the socket's permessage-deflate compressor, nil if it negotiated none
+// (channels.Deflating).
+func (c *Conn) Deflater() channels.Compressor {
+	if d := c.ws.Deflater(); d != nil {
+		return d
+	}
+	return nil
+}
 
 // holdWrites opens a write barrier: frames sent from now on wait until it is released with
 // the frames that must go first (subscription_succeeded, a cache replay).

@@ -340,8 +340,7 @@ func (c *Conn) subscribePresence(t onTask, name string, m channels.Member, resum
 	// that sees the joiner subscribed and subscribes itself must not then get a member_added
 	// for a member already in its own list.
 	if first {
-		added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(m.Info) + `}`
-		_ = s.publishNoWait(cfg.ID, name, "pusher_internal:member_added", added, c.socketID)
+		_ = s.reg.PublishNoWait(memberAdded(cfg.ID, name, m.UserID, m.Info, c.socketID))
 	}
 	b.Release(frames...)
 	// added: a repeated subscribe by a channel's only subscriber occupies nothing anew.
@@ -470,8 +469,7 @@ func (c *Conn) leave(t onTask, name string, sub subscription) {
 	if sub.userID != "" {
 		last, err := s.reg.Presence().Leave(t.ctx, appID, name, c.socketID, sub.userID)
 		if err == nil && last {
-			removed := `{"user_id":` + string(appendJSONString(nil, sub.userID)) + `}`
-			_ = s.publishNoWait(appID, name, "pusher_internal:member_removed", removed, c.socketID)
+			_ = s.reg.PublishNoWait(memberRemoved(appID, name, sub.userID, c.socketID))
 			if s.wants(appID, "member_removed") {
 				s.emit(appID, map[string]any{"name": "member_removed", "channel": name, "user_id": sub.userID})
 			}

@@ -13,12 +13,7 @@ import (
 // own socket too: the reap's member_removed reached it as well), and the webhook fires. The
 // store calls it once per cluster per such user.
 func (s *Server) MemberBack(appID, channel, _ string, m channels.Member) {
-	info := string(m.Info)
-	if info == "" {
-		info = "null"
-	}
-	added := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + info + `}`
-	if err := s.publish(context.Background(), appID, channel, "pusher_internal:member_added", added, ""); err != nil {
+	if err := s.reg.Publish(context.Background(), memberAdded(appID, channel, m.UserID, m.Info, "")); err != nil {
 		s.log.Warn("member_added not published to other nodes", "app", appID, "channel", channel, "error", err)
 	}
 	if s.wants(appID, "member_added") {

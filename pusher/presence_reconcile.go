@@ -148,18 +148,10 @@ func (s *Server) reconcilePresence(ctx context.Context) error {
 			continue
 		}
 		for _, id := range gone {
-			data := `{"user_id":` + string(appendJSONString(nil, id)) + `}`
-			s.reg.DeliverLocal(channels.Message{AppID: ch.App, Channel: ch.Channel,
-				Frame: EventFrame("pusher_internal:member_removed", ch.Channel, data)})
+			s.reg.DeliverLocal(memberRemoved(ch.App, ch.Channel, id, ""))
 		}
 		for _, m := range missing {
-			info := m.Info
-			if len(info) == 0 {
-				info = []byte("{}")
-			}
-			data := `{"user_id":` + string(appendJSONString(nil, m.UserID)) + `,"user_info":` + string(info) + `}`
-			s.reg.DeliverLocal(channels.Message{AppID: ch.App, Channel: ch.Channel,
-				Frame: EventFrame("pusher_internal:member_added", ch.Channel, data)})
+			s.reg.DeliverLocal(memberAdded(ch.App, ch.Channel, m.UserID, m.Info, ""))
 		}
 		fixed += len(gone) + len(missing)
 	}

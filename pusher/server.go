@@ -339,8 +339,7 @@ func (s *Server) MemberGone(appID, channel, userID string) {
 		s.watch.announce(appID, userID)
 		return
 	}
-	removed := `{"user_id":` + string(appendJSONString(nil, userID)) + `}`
-	if err := s.publish(context.Background(), appID, channel, "pusher_internal:member_removed", removed, ""); err != nil {
+	if err := s.reg.Publish(context.Background(), memberRemoved(appID, channel, userID, "")); err != nil {
 		s.log.Warn("member_removed not published to other nodes", "app", appID, "channel", channel, "error", err)
 	}
 	if s.wants(appID, "member_removed") {

@@ -5,12 +5,16 @@
 // down, so a broadcast is framed once and the same bytes go to every subscriber.
 package ws
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/reverbgo/reverbgo/internal/wsframe"
+)
 
 // WebSocket opcodes (RFC 6455 §5.2).
 const (
 	OpContinuation = 0x0
-	OpText         = 0x1
+	OpText         = wsframe.OpText
 	OpBinary       = 0x2
 	OpClose        = 0x8
 	OpPing         = 0x9
@@ -20,18 +24,7 @@ const (
 // AppendFrame appends a FIN frame with the given opcode and payload to dst: a complete,
 // unmasked server-to-client frame.
 func AppendFrame(dst []byte, opcode byte, payload []byte) []byte {
-	n := len(payload)
-	dst = append(dst, 0x80|opcode)
-	switch {
-	case n < 126:
-		dst = append(dst, byte(n))
-	case n <= 0xFFFF:
-		dst = append(dst, 126, byte(n>>8), byte(n))
-	default:
-		dst = append(dst, 127)
-		dst = binary.BigEndian.AppendUint64(dst, uint64(n))
-	}
-	return append(dst, payload...)
+	return wsframe.AppendFrame(dst, opcode, payload)
 }
 
 // AppendTextFrame appends payload framed as one text message to dst.
@@ -44,35 +37,12 @@ func TextFrame(payload []byte) []byte {
 
 // TextHeaderRoom is the room to leave in front of a payload for TextFrameInPlace: the
 // largest server frame header.
-const TextHeaderRoom = 10
+const TextHeaderRoom = wsframe.TextHeaderRoom
 
 // TextFrameInPlace frames as one text message the payload written at buf[TextHeaderRoom:],
 // writing the header into the room before it: the frame shares buf, with no second buffer
 // and no copy (one allocation per encoded event instead of two).
-func TextFrameInPlace(buf []byte) []byte {
-	n := len(buf) - TextHeaderRoom
-	var h int
-	switch {
-	case n < 126:
-		h = 2
-	case n <= 0xFFFF:
-		h = 4
-	default:
-		h = 10
-	}
-	f := buf[TextHeaderRoom-h:]
-	f[0] = 0x80 | OpText
-	switch h {
-	case 2:
-		f[1] = byte(n)
-	case 4:
-		f[1], f[2], f[3] = 126, byte(n>>8), byte(n)
-	default:
-		f[1] = 127
-		binary.BigEndian.PutUint64(f[2:10], uint64(n))
-	}
-	return f
-}
+func TextFrameInPlace(buf []byte) []byte { return wsframe.TextFrameInPlace(buf) }
 
 // CloseFrame builds a close frame carrying code and a reason (truncated to fit 125 bytes).
 func CloseFrame(code int, reason string) []byte {

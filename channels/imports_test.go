@@ -1,0 +1,39 @@
+package channels_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImports: channels knows nothing of WebSockets or of the JSON in frames. Nothing it
+// depends on is the transport (ws: the frame layout it needs is internal/wsframe,
+// compression comes in as a Compressor), and neither it nor a package of this module it
+// depends on decodes JSON (member events say what they are in Message.Member). Redis's
+// client and log/slog use encoding/json themselves; that is not channels reading frames.
+func TestImports(t *testing.T) {
+	const module = "github.com/reverbgo/reverbgo"
+	out, err := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/channels").CombinedOutput()
+	if err != nil {
+		t.Skipf("go list: %v\n%s", err, out)
+	}
+	seen := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, " ")
+		if pkg == module+"/ws" {
+			t.Errorf("channels depends on %s", pkg)
+		}
+		if pkg != module && !strings.HasPrefix(pkg, module+"/") {
+			continue
+		}
+		seen = seen || pkg == module+"/channels"
+		for _, imp := range strings.Fields(imports) {
+			if imp == "encoding/json" {
+				t.Errorf("%s imports %s", pkg, imp)
+			}
+		}
+	}
+	if !seen {
+		t.Fatalf("go list did not list channels:\n%s", out)
+	}
+}
