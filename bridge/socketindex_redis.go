@@ -12,8 +12,8 @@ import (
 	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
-// ClusterNodes is the node membership a RedisSocketIndex rides on (channels.RedisNodes, or
-// the channels.RedisPresence on one): this node's id, the per-node key names of each bucket
+// ClusterNodes is the node membership a RedisSocketIndex rides on (cluster.RedisNodes, or
+// the cluster.RedisPresence on one): this node's id, the per-node key names of each bucket
 // (a socket's entries live in its bucket, so on a Cluster they spread over the masters), the
 // nodes whose heartbeat is fresh, and the hook that deletes a reaped node's keys and asks
 // for this node's to be written again.
@@ -153,7 +153,7 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 
 // Resync rewrites this node's hashes from memory, each atomically (a reader never sees a
 // bucket's hash between its DEL and its HSET), in one pipeline: the registry runs it when
-// Redis lost the node, and after its ResyncSoon (channels.RedisNodes.ResyncSoon), when a
+// Redis lost the node, and after its ResyncSoon (cluster.RedisNodes.ResyncSoon), when a
 // promoted replica may lack the last HSET or HDEL (a page's POSTs answered 401 "Unknown
 // socket", or a gone socket still found).
 func (x *RedisSocketIndex) Resync(ctx context.Context) error {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
@@ -26,7 +26,7 @@ import (
 // Occupancy is counted in nodes: a node adds itself to a channel when its first local
 // subscriber joins and leaves when its last one leaves, and a channel is occupied while
 // one node or more has it. Which nodes are alive is the cluster's node registry's one
-// record (channels.NodeRegistry): a survivor that reaps a dead node calls ReapNode, which
+// record (cluster.NodeRegistry): a survivor that reaps a dead node calls ReapNode, which
 // vacates the channels only it had (held, like any vacate).
 //
 // Every key carries the hash tag of the prefix (see NewRedisStore), so the scripts work
@@ -46,12 +46,12 @@ var _ Store = (*RedisStore)(nil)
 // NewRedisStore keeps webhook state under prefix+"{webhooks}:" for this node of nodes (the
 // cluster's node registry, which it registers with: call it before the registry starts).
 // The client stays the caller's.
-func NewRedisStore(rdb redis.UniversalClient, prefix string, nodes channels.NodeRegistry) *RedisStore {
+func NewRedisStore(rdb redis.UniversalClient, prefix string, nodes cluster.NodeRegistry) *RedisStore {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	s := &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: nodes.NodeID(), ledger: newLedger(),
 		genBase: hex.EncodeToString(b[:]) + ":"}
-	nodes.Track(channels.NodeState{Name: "webhooks", Reap: func(ctx context.Context, node string, _ time.Time) error {
+	nodes.Track(cluster.NodeState{Name: "webhooks", Reap: func(ctx context.Context, node string, _ time.Time) error {
 		return s.ReapNode(ctx, node, time.Now())
 	}})
 	return s
