@@ -16,7 +16,7 @@ import "context"
 
 // OnlineChannel is the internal presence channel whose members are the signed-in users. No
 // client can name it (it fails ValidName) and, unlike the registry's internal channels, it
-// holds no NUL byte: RedisPresence separates the fields of its node entries with NUL.
+// holds no NUL byte: cluster.RedisPresence separates the fields of its node entries with NUL.
 const OnlineChannel = "\x01online"
 
 // WatchlistChannel carries "this user's online state changed" between nodes: its frames

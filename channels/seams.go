@@ -9,9 +9,9 @@ import (
 // implementations are in internal/cluster).
 
 // Router is implemented by a Broker that carries a channel's publishes only to the nodes
-// with a local subscriber of it (RedisBroker under RoutingInterest). The Registry calls Want
-// when a channel gets its first local subscriber and Unwant when it loses its last, under
-// the channel's lock: neither may block. WhenRouted runs fn(true) once the node's
+// with a local subscriber of it (cluster.RedisBroker under cluster.RoutingInterest). The
+// Registry calls Want when a channel gets its first local subscriber and Unwant when it loses
+// its last, under the channel's lock: neither may block. WhenRouted runs fn(true) once the node's
 // subscription to the channel is in effect (at once when it is, or when the broker does not
 // route), or fn(false) when the channel lost its last local subscriber first (nobody is left
 // to answer); fn runs on a broker goroutine or the caller's and must not block.

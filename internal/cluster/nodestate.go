@@ -152,3 +152,27 @@ func (b redisNodeBackend) unlist(ctx context.Context, node string, cutoff time.T
 	}
 	return unlistScript.Run(ctx, b.r.rdb, append([]string{b.r.key()}, keys...), node, reapingMark).Err()
 }
+
+// Membership is the node membership that per-node state kept in buckets rides on
+// (RedisNodes, or the RedisPresence on one; bridge.RedisSocketIndex uses it): this node's id,
+// the per-node key names of each bucket (a socket's entries live in its bucket, so on a
+// Cluster they spread over the masters), the nodes whose heartbeat is fresh, and the hook
+// that deletes a reaped node's keys and asks for this node's to be written again.
+type Membership interface {
+	NodeID() string
+	NodeBucketKey(node, suffix string, b int) string
+	Buckets() int
+	SocketBucket(socketID string) int
+	LiveNodes(ctx context.Context) ([]string, error)
+	TrackNodeBucketState(name string, resync func(context.Context) error, suffixes ...string)
+	// NodeKeyTTL bounds a per-node key that a write creates after its node left (the
+	// owner's heartbeat refreshes it meanwhile).
+	NodeKeyTTL() time.Duration
+	// ResyncSoon has the next heartbeat resync every per-node state (a write that failed).
+	ResyncSoon()
+}
+
+var (
+	_ Membership = (*RedisNodes)(nil)
+	_ Membership = (*RedisPresence)(nil)
+)
