@@ -207,7 +207,7 @@ func (c *clusterNode) start(reg *channels.Registry, srv *pusher.Server) {
 		return out
 	})
 	// Recovery events reach this node's sockets in serial order: a gap is read from the
-	// history before later events, or told (channels/broker_streams.go).
+	// history before later events, or told (internal/cluster/streams.go).
 	c.broker.SetRecovery(srv.RecoveryLimits, srv.ToldGap)
 	c.broker.Start(reg.DeliverLocal)
 	// Redis trouble seen by the heartbeat (a rejoin, a gap) makes the server reconcile what
