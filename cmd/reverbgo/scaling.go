@@ -93,12 +93,6 @@ func redisClient(sc config.Scaling, logger *slog.Logger) (*redisx.Client, string
 	}
 }
 
-// KeyPrefix is the namespace of every key a cluster keeps in Redis. The braces are a Redis
-// Cluster hash tag: every key of one cluster lands in one slot, so the Lua scripts that touch
-// several keys at once (presence join/leave/reap, the bridge's claims) run on Redis Cluster,
-// and two clusters sharing a Redis with different scaling.channel never meet.
-func KeyPrefix(channel string) string { return "{" + cluster.DefaultRedisPrefix + channel + "}:" }
-
 // newCluster connects to the configured Redis and builds the cluster seams under one prefix
 // derived from scaling.channel, so two clusters may share a Redis with different channels.
 func newCluster(cfg *config.Config, logger *slog.Logger) (*clusterNode, error) {
@@ -117,13 +111,12 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*clusterNode, error) {
 	if channel == "" {
 		channel = cluster.DefaultScalingChannel
 	}
-	prefix := KeyPrefix(channel)
-	c.prefix = prefix
 	routing := cluster.RoutingInterest
 	if cfg.Scaling.Routing == config.RoutingBroadcast {
 		routing = cluster.RoutingBroadcast
 	}
 	c.keys = cluster.NewKeySpace(channel, routing == cluster.RoutingInterest)
+	c.prefix = c.keys.Prefix()
 	c.cache = cluster.NewRedisCacheIn(c.rdb, c.keys)
 	for i := range cfg.Apps {
 		if cfg.Apps[i].Recovery.Enabled && c.history == nil {
@@ -165,14 +158,14 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*clusterNode, error) {
 	c.occ = cluster.NewRedisOccupancy(c.nodes, bridge.ChannelPrefix, logger)
 	// Only toolmark sockets are indexed: the bridge is the only reader of socket lookups.
 	c.sockets = bridge.NewRedisSocketIndex(c.rdb, c.nodes, logger)
-	if c.store, err = bridge.NewRedisStore(ctx, c.rdb, prefix+"toolmark:"); err != nil {
+	if c.store, err = bridge.NewRedisStore(ctx, c.rdb, c.keys.ToolmarkPrefix()); err != nil {
 		c.occ.Close()
 		_ = c.nodes.Close()
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: bridge store: %w", err)
 	}
-	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, prefix+"toolmark:", logger); err != nil {
+	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, c.keys.ToolmarkPrefix(), logger); err != nil {
 		_ = c.store.Close()
 		c.occ.Close()
 		_ = c.nodes.Close()

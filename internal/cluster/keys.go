@@ -76,8 +76,15 @@ func LegacyKeySpace(prefix string) *KeySpace {
 // Spread reports whether channels are spread over the buckets.
 func (k *KeySpace) Spread() bool { return k.spread }
 
-// Prefix is the node-level prefix (heartbeats, node set, per-node state).
+// Prefix is the node-level prefix (heartbeats, node set, per-node state; the webhooks' keys
+// under it). Its braces are a Redis Cluster hash tag: every key under it lands in one slot, so
+// the Lua scripts that touch several such keys at once run on Redis Cluster, and two clusters
+// sharing a Redis with different scaling.channel never meet.
 func (k *KeySpace) Prefix() string { return k.node }
+
+// ToolmarkPrefix is the prefix of the bridge's keys and pub/sub channels (its RedisStore and
+// RedisFeed), under the node-level tag.
+func (k *KeySpace) ToolmarkPrefix() string { return k.node + "toolmark:" }
 
 // Buckets is how many distinct bucket prefixes there are (1 in the legacy layout).
 func (k *KeySpace) Buckets() int {
