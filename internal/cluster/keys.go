@@ -220,3 +220,38 @@ func (k *KeySpace) SocketBucket(socketID string) int {
 	}
 	return BucketOf(socketID)
 }
+
+// WebhookKeys names the webhooks' keys (webhooks.RedisStore): every one is under
+// prefix+"{webhooks}:", whose first brace pair is the node-level prefix's hash tag, so the
+// webhooks' scripts find all their keys in one slot.
+type WebhookKeys struct{ p string }
+
+// NewWebhookKeys names the webhooks' keys under prefix (KeySpace.Prefix in a cluster).
+func NewWebhookKeys(prefix string) WebhookKeys { return WebhookKeys{p: prefix + "{webhooks}:"} }
+
+// Queue is an outbox's queue of events.
+func (k WebhookKeys) Queue(outbox string) string { return k.p + "q:" + outbox }
+
+// Inflight is an outbox's batch in flight.
+func (k WebhookKeys) Inflight(outbox string) string { return k.p + "f:" + outbox }
+
+// Lease is an outbox's lease.
+func (k WebhookKeys) Lease(outbox string) string { return k.p + "l:" + outbox }
+
+// Since is the first claim of an outbox's batch in flight.
+func (k WebhookKeys) Since(outbox string) string { return k.p + "t:" + outbox }
+
+// State is an outbox's state (generation, sequences).
+func (k WebhookKeys) State(outbox string) string { return k.p + "s:" + outbox }
+
+// NodeSet is the channels a node occupies.
+func (k WebhookKeys) NodeSet(node string) string { return k.p + "n:" + node }
+
+// Occupancy is the channels' node counts.
+func (k WebhookKeys) Occupancy() string { return k.p + "occ" }
+
+// Holds is the held events.
+func (k WebhookKeys) Holds() string { return k.p + "holds" }
+
+// CacheMiss is the occupations whose cache_miss was sent.
+func (k WebhookKeys) CacheMiss() string { return k.p + "cm" }

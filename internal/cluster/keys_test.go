@@ -86,3 +86,26 @@ func TestRedisKeysBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookKeys: the webhooks' names are the ones their store always used, and every one
+// hashes to the slot of the cluster's node-level prefix.
+func TestWebhookKeys(t *testing.T) {
+	ks := cluster.NewKeySpace("c", true)
+	k := cluster.NewWebhookKeys(ks.Prefix())
+	want := map[string]string{
+		k.Queue("o"): "q:o", k.Inflight("o"): "f:o", k.Lease("o"): "l:o", k.Since("o"): "t:o",
+		k.State("o"): "s:o", k.NodeSet("n"): "n:n", k.Occupancy(): "occ", k.Holds(): "holds",
+		k.CacheMiss(): "cm",
+	}
+	if len(want) != 9 {
+		t.Fatalf("%d distinct names, want 9", len(want))
+	}
+	for name, suffix := range want {
+		if name != ks.Prefix()+"{webhooks}:"+suffix {
+			t.Errorf("name %q, want %q", name, ks.Prefix()+"{webhooks}:"+suffix)
+		}
+		if cluster.Slot(name) != cluster.Slot(ks.Prefix()) {
+			t.Errorf("%q is in slot %d, the prefix in %d", name, cluster.Slot(name), cluster.Slot(ks.Prefix()))
+		}
+	}
+}
