@@ -255,3 +255,32 @@ func (k WebhookKeys) Holds() string { return k.p + "holds" }
 
 // CacheMiss is the occupations whose cache_miss was sent.
 func (k WebhookKeys) CacheMiss() string { return k.p + "cm" }
+
+// ToolmarkKeys names the bridge's keys and pub/sub channels (bridge.RedisStore and
+// RedisFeed), all under one prefix (KeySpace.ToolmarkPrefix in a cluster), so on Redis
+// Cluster they share its hash tag.
+type ToolmarkKeys struct{ p string }
+
+// NewToolmarkKeys names the bridge's keys under prefix.
+func NewToolmarkKeys(prefix string) ToolmarkKeys { return ToolmarkKeys{p: prefix} }
+
+// Results is the pub/sub channel that wakes the nodes waiting for a call's result.
+func (k ToolmarkKeys) Results() string { return k.p + "results" }
+
+// Manifests is the pub/sub channel of manifest changes.
+func (k ToolmarkKeys) Manifests() string { return k.p + "manifests" }
+
+// Manifest is one conversation's manifest.
+func (k ToolmarkKeys) Manifest(app, user, conversation string) string {
+	return k.p + "m:" + app + ":" + user + ":" + conversation
+}
+
+// Call is one tool call.
+func (k ToolmarkKeys) Call(id string) string { return k.p + "c:" + id }
+
+// Confirm is one confirmation of app (its id holds no ':').
+func (k ToolmarkKeys) Confirm(app, id string) string { return k.p + "f:" + app + ":" + id }
+
+// NoConfirm is the key a claim without a confirmation names in its place (never written; in
+// the same slot as the others).
+func (k ToolmarkKeys) NoConfirm() string { return k.p + "f:-" }

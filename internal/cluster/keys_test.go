@@ -109,3 +109,26 @@ func TestWebhookKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestToolmarkKeys: the bridge's names are the ones its store and feed always used, and
+// every one hashes to the slot of the cluster's node-level prefix.
+func TestToolmarkKeys(t *testing.T) {
+	ks := cluster.NewKeySpace("c", true)
+	p := ks.ToolmarkPrefix()
+	if p != ks.Prefix()+"toolmark:" {
+		t.Fatalf("ToolmarkPrefix %q, want %q", p, ks.Prefix()+"toolmark:")
+	}
+	k := cluster.NewToolmarkKeys(p)
+	want := map[string]string{
+		k.Results(): "results", k.Manifests(): "manifests", k.Manifest("a", "u", "c"): "m:a:u:c",
+		k.Call("i"): "c:i", k.Confirm("a", "i"): "f:a:i", k.NoConfirm(): "f:-",
+	}
+	for name, suffix := range want {
+		if name != p+suffix {
+			t.Errorf("name %q, want %q", name, p+suffix)
+		}
+		if cluster.Slot(name) != cluster.Slot(ks.Prefix()) {
+			t.Errorf("%q is in slot %d, the prefix in %d", name, cluster.Slot(name), cluster.Slot(ks.Prefix()))
+		}
+	}
+}
