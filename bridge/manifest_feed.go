@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
@@ -121,7 +122,7 @@ func NewRedisFeed(ctx context.Context, rdb redis.UniversalClient, prefix string,
 	if log == nil {
 		log = slog.Default()
 	}
-	f := &RedisFeed{channel: prefix + "manifests", log: log, local: NewLocalFeed()}
+	f := &RedisFeed{channel: cluster.NewToolmarkKeys(prefix).Manifests(), log: log, local: NewLocalFeed()}
 	f.rc, f.wrapped = redisx.Of(rdb, log)
 	// Sharded on Redis Cluster, like RedisStore's wake-ups.
 	sub, err := f.rc.Fixed(ctx, "toolmark-manifests", f.channel, f.dispatch)

@@ -9,27 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/redisx"
 )
-
-// ClusterNodes is the node membership a RedisSocketIndex rides on (channels.RedisNodes, or
-// the channels.RedisPresence on one): this node's id, the per-node key names of each bucket
-// (a socket's entries live in its bucket, so on a Cluster they spread over the masters), the
-// nodes whose heartbeat is fresh, and the hook that deletes a reaped node's keys and asks
-// for this node's to be written again.
-type ClusterNodes interface {
-	NodeID() string
-	NodeBucketKey(node, suffix string, b int) string
-	Buckets() int
-	SocketBucket(socketID string) int
-	LiveNodes(ctx context.Context) ([]string, error)
-	TrackNodeBucketState(name string, resync func(context.Context) error, suffixes ...string)
-	// NodeKeyTTL bounds a per-node key that a write creates after its node left (the
-	// owner's heartbeat refreshes it meanwhile).
-	NodeKeyTTL() time.Duration
-	// ResyncSoon has the next heartbeat resync every per-node state (a write that failed).
-	ResyncSoon()
-}
 
 // socketsSuffix names each node's index hashes: NodeBucketKey(node, "sockets", b), socket id
 // -> encodeIndexed, b the socket's bucket. Every node of a cluster reads the others' under this name.
@@ -47,7 +29,7 @@ const indexWriteTimeout = time.Second
 type RedisSocketIndex struct {
 	local *MemorySocketIndex
 	rdb   redis.UniversalClient
-	nodes ClusterNodes
+	nodes cluster.Membership
 	log   *slog.Logger
 
 	// resync is held shared by every write-through and exclusively by Resync, so a resync's
@@ -60,7 +42,7 @@ var _ SocketIndex = (*RedisSocketIndex)(nil)
 
 // NewRedisSocketIndex returns the index of this node (nodes.NodeID()) over rdb and registers
 // its hash with nodes for reaping and resync; call it before the heartbeat starts.
-func NewRedisSocketIndex(rdb redis.UniversalClient, nodes ClusterNodes, logger *slog.Logger) *RedisSocketIndex {
+func NewRedisSocketIndex(rdb redis.UniversalClient, nodes cluster.Membership, logger *slog.Logger) *RedisSocketIndex {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -153,7 +135,7 @@ func (x *RedisSocketIndex) Socket(ctx context.Context, socketID string) (string,
 
 // Resync rewrites this node's hashes from memory, each atomically (a reader never sees a
 // bucket's hash between its DEL and its HSET), in one pipeline: the registry runs it when
-// Redis lost the node, and after its ResyncSoon (channels.RedisNodes.ResyncSoon), when a
+// Redis lost the node, and after its ResyncSoon (cluster.RedisNodes.ResyncSoon), when a
 // promoted replica may lack the last HSET or HDEL (a page's POSTs answered 401 "Unknown
 // socket", or a gone socket still found).
 func (x *RedisSocketIndex) Resync(ctx context.Context) error {

@@ -12,15 +12,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/bridge"
-	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // indexNode is one node's socket index, with its presence when it runs over Redis.
 type indexNode struct {
 	idx  bridge.SocketIndex
-	pres *channels.RedisPresence // nil for the memory index
-	keys *channels.KeySpace      // the cluster's key names in Redis
+	pres *cluster.RedisPresence // nil for the memory index
+	keys *cluster.KeySpace      // the cluster's key names in Redis
 }
 
 // indexBackend builds n nodes of one cluster; the memory index has one node only.
@@ -47,12 +47,12 @@ func indexBackends(t *testing.T) []indexBackend {
 			}
 			out = append(out, indexBackend{name, 3, func(t *testing.T, n int) ([]indexNode, redis.UniversalClient) {
 				// A fresh key space per case, as the node's own ({reverbgo:<channel>}:).
-				ks := channels.NewKeySpace("test:"+uuid.NewString(), spread)
+				ks := cluster.NewKeySpace("test:"+uuid.NewString(), spread)
 				var rdb redis.UniversalClient
 				out := make([]indexNode, n)
 				for i := range out {
 					rdb = be.Client(t)
-					p := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Keys: ks, NodeTimeout: indexTTL})
+					p := cluster.NewRedisPresence(rdb, cluster.RedisPresenceOptions{Keys: ks, NodeTimeout: indexTTL})
 					out[i] = indexNode{bridge.NewRedisSocketIndex(rdb, p, nil), p, ks}
 					if err := p.Heartbeat(context.Background()); err != nil {
 						t.Fatal(err)
@@ -205,7 +205,7 @@ func resyncAfterLoss(t *testing.T, be indexBackend) {
 	b.idx.SetCredential("app", pageCh, "2.1", "abc123")
 	b.idx.Subscribed("app", pageCh, "2.1")
 	key := b.sockets("2.1")
-	nodesKey := b.keys.NodeSetKey() // the heartbeat set (channels.RedisPresence)
+	nodesKey := b.keys.NodeSetKey() // the heartbeat set (cluster.RedisPresence)
 	if err := rdb.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
@@ -23,8 +24,8 @@ import (
 // use sharded pub/sub (SPUBLISH from the claim script, SSUBSCRIBE here) in that same slot.
 type RedisStore struct {
 	rdb     redis.UniversalClient
-	prefix  string
-	sub     *redisx.Sub // the node's pub/sub loop on the wake-up channel
+	keys    cluster.ToolmarkKeys // every key and channel name, under the prefix
+	sub     *redisx.Sub          // the node's pub/sub loop on the wake-up channel
 	rc      *redisx.Client
 	wrapped bool   // rc wraps the caller's client: Close closes its Subs
 	publish string // PUBLISH, or SPUBLISH on Redis Cluster
@@ -41,7 +42,7 @@ func NewRedisStore(ctx context.Context, rdb redis.UniversalClient, prefix string
 	if prefix == "" {
 		prefix = "reverbgo:toolmark:"
 	}
-	s := &RedisStore{rdb: rdb, prefix: prefix, publish: "PUBLISH", watchers: map[string]map[*memWatch]struct{}{}}
+	s := &RedisStore{rdb: rdb, keys: cluster.NewToolmarkKeys(prefix), publish: "PUBLISH", watchers: map[string]map[*memWatch]struct{}{}}
 	s.rc, s.wrapped = redisx.Of(rdb, nil)
 	if s.rc.Sharded() {
 		s.publish = "SPUBLISH"
@@ -57,16 +58,16 @@ func NewRedisStore(ctx context.Context, rdb redis.UniversalClient, prefix string
 	return s, nil
 }
 
-func (s *RedisStore) channel() string { return s.prefix + "results" }
+func (s *RedisStore) channel() string { return s.keys.Results() }
 func (s *RedisStore) manifestKey(k ConvKey) string {
-	return s.prefix + "m:" + k.App + ":" + k.User + ":" + k.Conversation
+	return s.keys.Manifest(k.App, k.User, k.Conversation)
 }
-func (s *RedisStore) callKey(id string) string { return s.prefix + "c:" + id }
+func (s *RedisStore) callKey(id string) string { return s.keys.Call(id) }
 
 // confirmKey namespaces a confirmId by its app (see Store.GetConfirm); the confirmId holds
 // no ':'.
 func (s *RedisStore) confirmKey(app, id string) string {
-	return s.prefix + "f:" + app + ":" + id
+	return s.keys.Confirm(app, id)
 }
 func (s *RedisStore) ctx() (context.Context, func()) {
 	return context.WithTimeout(context.Background(), 5*time.Second)
@@ -163,7 +164,7 @@ var claimResultScript = redisx.Script("bridge_claim_result")
 // ClaimResult implements Store.
 func (s *RedisStore) ClaimResult(ctx context.Context, id string, result json.RawMessage, now time.Time,
 	confirm *ConfirmBinding, confirmTTL time.Duration) (ClaimOutcome, error) {
-	confirmKey, has, cjs := s.prefix+"f:-", "0", []byte("")
+	confirmKey, has, cjs := s.keys.NoConfirm(), "0", []byte("")
 	if confirm != nil {
 		var err error
 		if cjs, err = json.Marshal(confirm); err != nil {

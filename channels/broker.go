@@ -40,7 +40,7 @@ const (
 
 // Broker carries publishes to every node. Each node's broker calls the registry's
 // DeliverLocal for every message, including its own. Publish must not wait on the network
-// (RedisBroker queues for its writer): the goroutines that read sockets call it.
+// (cluster.RedisBroker queues for its writer): the goroutines that read sockets call it.
 type Broker interface {
 	Publish(ctx context.Context, m Message) error
 	Close() error

@@ -56,7 +56,7 @@ func (c *cacheStore) get(app, name string) ([]byte, bool) {
 	return e.frame, true
 }
 
-// CacheReader reads a cache channel's last event for the whole cluster (RedisCache).
+// CacheReader reads a cache channel's last event for the whole cluster (cluster.RedisCache).
 type CacheReader interface {
 	LastEvent(ctx context.Context, app, channel string) (frame []byte, ok bool, err error)
 }

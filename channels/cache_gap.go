@@ -9,7 +9,7 @@ import (
 
 // Pub/sub has no replay: an event published on another node while this node's subscription
 // connection was dark never reached this node's subscribers. For a cache channel the
-// cluster still holds that event, as the channel's last (RedisCache), so after the gap the
+// cluster still holds that event, as the channel's last (cluster.RedisCache), so after the gap the
 // node re-reads the last event of every cache channel it has subscribers of and delivers it
 // to them when it is not the frame this node last delivered (the registry's cache store is
 // the one record of that). A subscriber that joined during the gap was answered the cluster's
@@ -25,7 +25,7 @@ type cacheReplay struct {
 	running, due bool
 }
 
-// CacheGap is the handler of a broker's gap announcements (RedisBrokerOptions.OnGap) that
+// CacheGap is the handler of a broker's gap announcements (cluster.RedisBrokerOptions.OnGap) that
 // replays cache channels once a subscription connection is confirmed again (restored);
 // it never blocks: the replay runs on a goroutine of its own.
 func (r *Registry) CacheGap(_ string, restored bool) {

@@ -1,8 +1,10 @@
 // Package channels keeps which sockets are subscribed to which channel of which app, presence
 // membership and cache-channel replay, and fans pre-encoded frames out to local subscribers.
 // It knows nothing of JSON or WebSockets: frames are opaque bytes built once by the caller.
-// Two seams sit under it, Broker (who else must see a publish) and PresenceStore (who is in a
-// presence channel), each with an in-memory implementation for a single node.
+// The seams under it (Broker, PresenceStore, History, CacheReader, Occupancy and the rest of
+// seams.go) each have an in-memory implementation for a single node here; their Redis
+// implementations, for a cluster of nodes, are in internal/cluster. channels never imports a
+// Redis client (TestRedisFree).
 package channels
 
 import "strings"

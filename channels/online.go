@@ -16,7 +16,7 @@ import "context"
 
 // OnlineChannel is the internal presence channel whose members are the signed-in users. No
 // client can name it (it fails ValidName) and, unlike the registry's internal channels, it
-// holds no NUL byte: RedisPresence separates the fields of its node entries with NUL.
+// holds no NUL byte: cluster.RedisPresence separates the fields of its node entries with NUL.
 const OnlineChannel = "\x01online"
 
 // WatchlistChannel carries "this user's online state changed" between nodes: its frames
@@ -32,7 +32,6 @@ type PresenceLookup interface {
 
 var (
 	_ PresenceLookup = (*MemoryPresence)(nil)
-	_ PresenceLookup = (*RedisPresence)(nil)
 )
 
 // Present implements PresenceLookup.
@@ -43,22 +42,6 @@ func (p *MemoryPresence) Present(_ context.Context, app, channel string, users [
 	out := make([]bool, len(users))
 	for i, u := range users {
 		_, out[i] = members[u]
-	}
-	return out, nil
-}
-
-// Present implements PresenceLookup with one HMGET of the channel's socket counts.
-func (p *RedisPresence) Present(ctx context.Context, app, channel string, users []string) ([]bool, error) {
-	out := make([]bool, len(users))
-	if len(users) == 0 {
-		return out, nil
-	}
-	vals, err := p.rdb.HMGet(ctx, p.counts(app, channel), users...).Result()
-	if err != nil {
-		return nil, err
-	}
-	for i, v := range vals {
-		out[i] = v != nil
 	}
 	return out, nil
 }

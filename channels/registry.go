@@ -329,7 +329,7 @@ func (r *Registry) PublishAcked(ctx context.Context, ms []Message) error {
 	return r.PublishAll(ctx, ms)
 }
 
-// SeedPosition tells a broker that puts recovery events in serial order (RedisBroker) the
+// SeedPosition tells a broker that puts recovery events in serial order (cluster.RedisBroker) the
 // position a recovery channel's subscriber was answered with.
 func (r *Registry) SeedPosition(app, name string, pos Position) {
 	if ps, ok := r.broker.(interface {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -27,12 +28,12 @@ func newClusterNode(t *testing.T, be testutil.RedisBackend, channel, prefix stri
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rdb := be.Client(t)
-	broker, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: channel, Logger: quiet})
+	broker, err := cluster.NewRedisBroker(ctx, rdb, cluster.RedisBrokerOptions{Channel: channel, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = broker.Close() })
-	presence := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeID: broker.NodeID(),
+	presence := cluster.NewRedisPresence(rdb, cluster.RedisPresenceOptions{Prefix: prefix, NodeID: broker.NodeID(),
 		NodeTimeout: 2 * time.Second, Logger: quiet})
 	t.Cleanup(func() { _ = presence.Close() })
 	reg := channels.NewRegistry(channels.Options{Broker: broker, Presence: presence})

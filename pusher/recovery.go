@@ -152,7 +152,7 @@ func (s *Server) publishRecovered(ctx context.Context, ms []channels.Message) er
 }
 
 // RecoveryLimits is the history bounds of ch when its app enables recovery for it: the
-// cluster broker reads a channel's gaps from the history with them (channels.RedisBroker.
+// cluster broker reads a channel's gaps from the history with them (cluster.RedisBroker.
 // SetRecovery).
 func (s *Server) RecoveryLimits(appID, ch string) (channels.HistoryLimits, bool) {
 	r := s.recoveryOf(appID, ch)

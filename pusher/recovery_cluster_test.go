@@ -11,25 +11,26 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // recoveryNodes are n servers of one cluster on be, each with a broker that assigns serials
 // (the cluster's History, as cmd/reverbgo wires it) and recovery on every channel.
-func recoveryNodes(t *testing.T, be testutil.RedisBackend, n, size int, routing channels.Routing) []*tserver {
+func recoveryNodes(t *testing.T, be testutil.RedisBackend, n, size int, routing cluster.Routing) []*tserver {
 	t.Helper()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rdb := be.Client(t)
 	ch := "rec:" + uuid.NewString()
-	keys := channels.NewKeySpace(ch, routing == channels.RoutingInterest)
-	hist := channels.NewRedisHistory(rdb, keys)
-	if err := channels.LoadScripts(ctx, rdb); err != nil {
+	keys := cluster.NewKeySpace(ch, routing == cluster.RoutingInterest)
+	hist := cluster.NewRedisHistory(rdb, keys)
+	if err := cluster.LoadScripts(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]*tserver, n)
 	for i := range out {
-		broker, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: ch, Routing: routing, Keys: keys, Logger: quiet, History: hist})
+		broker, err := cluster.NewRedisBroker(ctx, rdb, cluster.RedisBrokerOptions{Channel: ch, Routing: routing, Keys: keys, Logger: quiet, History: hist})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +52,7 @@ func recoveryNodes(t *testing.T, be testutil.RedisBackend, n, size int, routing 
 // live events from either node. With scaling the resume used to answer not_enabled.
 func TestRecoveryClusterResume(t *testing.T) {
 	for _, be := range testutil.RedisBackends(t, true) {
-		for _, routing := range []channels.Routing{channels.RoutingInterest, channels.RoutingBroadcast} {
+		for _, routing := range []cluster.Routing{cluster.RoutingInterest, cluster.RoutingBroadcast} {
 			t.Run(be.Name+"/"+routing.String(), func(t *testing.T) {
 				nodes := recoveryNodes(t, be, 2, 100, routing)
 				a, b := nodes[0], nodes[1]
@@ -122,7 +123,7 @@ func TestRecoveryClusterResume(t *testing.T) {
 func TestRecoveryClusterNoGapOnRace(t *testing.T) {
 	for _, be := range testutil.RedisBackends(t, true) {
 		t.Run(be.Name, func(t *testing.T) {
-			nodes := recoveryNodes(t, be, 2, 1000, channels.RoutingInterest)
+			nodes := recoveryNodes(t, be, 2, 1000, cluster.RoutingInterest)
 			a, b := nodes[0], nodes[1]
 			c0 := b.connect(t)
 			epoch := positionOf(t, c0.subscribe("orders")).Epoch

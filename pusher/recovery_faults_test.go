@@ -15,6 +15,7 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 )
 
 // stallableNode is one scaled node with recovery on every channel on its own redis-server,
@@ -27,12 +28,12 @@ func stallableNode(t *testing.T, publishTimeout float64) (*tserver, func(), func
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ch := "stall:" + uuid.NewString()
-	keys := channels.NewKeySpace(ch, true)
-	hist := channels.NewRedisHistory(rdb, keys)
-	if err := channels.LoadScripts(ctx, rdb); err != nil {
+	keys := cluster.NewKeySpace(ch, true)
+	hist := cluster.NewRedisHistory(rdb, keys)
+	if err := cluster.LoadScripts(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
-	broker, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: ch, Keys: keys, Logger: quiet, History: hist})
+	broker, err := cluster.NewRedisBroker(ctx, rdb, cluster.RedisBrokerOptions{Channel: ch, Keys: keys, Logger: quiet, History: hist})
 	if err != nil {
 		t.Fatal(err)
 	}

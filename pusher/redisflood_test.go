@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -29,13 +30,13 @@ func TestSubscribeFloodWithRedisFrozen(t *testing.T) {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	prefix := "flood:" + uuid.NewString() + ":"
-	cache := channels.NewRedisCache(rdb, prefix)
-	broker, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: prefix + "bus", Logger: quiet, Cache: cache})
+	cache := cluster.NewRedisCache(rdb, prefix)
+	broker, err := cluster.NewRedisBroker(ctx, rdb, cluster.RedisBrokerOptions{Channel: prefix + "bus", Logger: quiet, Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = broker.Close() })
-	presence := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: prefix, NodeID: broker.NodeID(), Logger: quiet})
+	presence := cluster.NewRedisPresence(rdb, cluster.RedisPresenceOptions{Prefix: prefix, NodeID: broker.NodeID(), Logger: quiet})
 	t.Cleanup(func() { _ = presence.Close() })
 	reg := channels.NewRegistry(channels.Options{Broker: broker, Presence: presence, Cache: cache})
 	broker.Start(reg.DeliverLocal)

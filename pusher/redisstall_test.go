@@ -3,7 +3,6 @@ package pusher
 import (
 	"context"
 	"fmt"
-	"github.com/reverbgo/reverbgo/internal/testutil"
 	"io"
 	"log/slog"
 	"net"
@@ -21,7 +20,9 @@ import (
 
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/testenv"
+	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // startRedis runs a redis-server of the test's own on a free 127.0.0.1 port (the test
@@ -74,14 +75,14 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil)) // the outage's warnings are expected
-	broker, err := channels.NewRedisBroker(ctx, rdb, channels.RedisBrokerOptions{Channel: "stall:" + uuid.NewString(), Logger: quiet})
+	broker, err := cluster.NewRedisBroker(ctx, rdb, cluster.RedisBrokerOptions{Channel: "stall:" + uuid.NewString(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = broker.Close() })
-	presence := channels.NewRedisPresence(rdb, channels.RedisPresenceOptions{Prefix: "stall:" + uuid.NewString() + ":", NodeID: broker.NodeID(), Logger: quiet})
+	presence := cluster.NewRedisPresence(rdb, cluster.RedisPresenceOptions{Prefix: "stall:" + uuid.NewString() + ":", NodeID: broker.NodeID(), Logger: quiet})
 	t.Cleanup(func() { _ = presence.Close() })
-	occ := channels.NewRedisOccupancy(presence, "private-toolmark.", quiet)
+	occ := cluster.NewRedisOccupancy(presence, "private-toolmark.", quiet)
 	t.Cleanup(occ.Close)
 	reg := channels.NewRegistry(channels.Options{Broker: broker, Presence: presence, Occupancy: occ})
 	broker.Start(reg.DeliverLocal)

@@ -60,7 +60,7 @@ type Options struct {
 	MaxConnections int
 }
 
-// ClusterView is the cluster-wide read side (channels.RedisOccupancy and, for Socket, the
+// ClusterView is the cluster-wide read side (cluster.RedisOccupancy and, for Socket, the
 // bridge.RedisSocketIndex, combined in cmd/reverbgo). When it fails, the
 // server answers from this node alone rather than failing the request.
 type ClusterView interface {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
@@ -205,5 +205,5 @@ func appsOf(apps ...config.App) []config.App { return apps }
 // redisStore is node's store (a new node id when ""), registered with a node registry of its
 // own as cmd/reverbgo does (not heartbeating: these tests reap no node).
 func redisStore(rdb redis.UniversalClient, prefix, node string) *RedisStore {
-	return NewRedisStore(rdb, prefix, channels.NewRedisNodes(rdb, channels.RedisNodesOptions{Prefix: prefix, NodeID: node}))
+	return NewRedisStore(rdb, prefix, cluster.NewRedisNodes(rdb, cluster.RedisNodesOptions{Prefix: prefix, NodeID: node}))
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/redisx"
 )
 
@@ -26,14 +26,14 @@ import (
 // Occupancy is counted in nodes: a node adds itself to a channel when its first local
 // subscriber joins and leaves when its last one leaves, and a channel is occupied while
 // one node or more has it. Which nodes are alive is the cluster's node registry's one
-// record (channels.NodeRegistry): a survivor that reaps a dead node calls ReapNode, which
+// record (cluster.NodeRegistry): a survivor that reaps a dead node calls ReapNode, which
 // vacates the channels only it had (held, like any vacate).
 //
 // Every key carries the hash tag of the prefix (see NewRedisStore), so the scripts work
 // on Redis Cluster too: webhook state is small and one slot carries it.
 type RedisStore struct {
 	rdb  redis.UniversalClient
-	p    string // key prefix, with a hash tag
+	k    cluster.WebhookKeys // every key name, with the prefix's hash tag
 	node string
 
 	ledger  *ledger       // what this node queued and has not seen done (ledger.go)
@@ -43,15 +43,15 @@ type RedisStore struct {
 
 var _ Store = (*RedisStore)(nil)
 
-// NewRedisStore keeps webhook state under prefix+"{webhooks}:" for this node of nodes (the
-// cluster's node registry, which it registers with: call it before the registry starts).
-// The client stays the caller's.
-func NewRedisStore(rdb redis.UniversalClient, prefix string, nodes channels.NodeRegistry) *RedisStore {
+// NewRedisStore keeps webhook state under prefix+"{webhooks}:" (cluster.WebhookKeys) for
+// this node of nodes (the cluster's node registry, which it registers with: call it before
+// the registry starts). The client stays the caller's.
+func NewRedisStore(rdb redis.UniversalClient, prefix string, nodes cluster.NodeRegistry) *RedisStore {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	s := &RedisStore{rdb: rdb, p: prefix + "{webhooks}:", node: nodes.NodeID(), ledger: newLedger(),
+	s := &RedisStore{rdb: rdb, k: cluster.NewWebhookKeys(prefix), node: nodes.NodeID(), ledger: newLedger(),
 		genBase: hex.EncodeToString(b[:]) + ":"}
-	nodes.Track(channels.NodeState{Name: "webhooks", Reap: func(ctx context.Context, node string, _ time.Time) error {
+	nodes.Track(cluster.NodeState{Name: "webhooks", Reap: func(ctx context.Context, node string, _ time.Time) error {
 		return s.ReapNode(ctx, node, time.Now())
 	}})
 	return s
@@ -60,15 +60,15 @@ func NewRedisStore(rdb redis.UniversalClient, prefix string, nodes channels.Node
 // gen is a fresh generation for an outbox state a push may have to create.
 func (s *RedisStore) gen() string { return s.genBase + strconv.FormatUint(s.gens.Add(1), 10) }
 
-func (s *RedisStore) queue(key string) string    { return s.p + "q:" + key }
-func (s *RedisStore) inflight(key string) string { return s.p + "f:" + key }
-func (s *RedisStore) lease(key string) string    { return s.p + "l:" + key }
-func (s *RedisStore) since(key string) string    { return s.p + "t:" + key }
-func (s *RedisStore) state(key string) string    { return s.p + "s:" + key }
-func (s *RedisStore) nodeSet(node string) string { return s.p + "n:" + node }
-func (s *RedisStore) occ() string                { return s.p + "occ" }
-func (s *RedisStore) holds() string              { return s.p + "holds" }
-func (s *RedisStore) cacheMiss() string          { return s.p + "cm" }
+func (s *RedisStore) queue(key string) string    { return s.k.Queue(key) }
+func (s *RedisStore) inflight(key string) string { return s.k.Inflight(key) }
+func (s *RedisStore) lease(key string) string    { return s.k.Lease(key) }
+func (s *RedisStore) since(key string) string    { return s.k.Since(key) }
+func (s *RedisStore) state(key string) string    { return s.k.State(key) }
+func (s *RedisStore) nodeSet(node string) string { return s.k.NodeSet(node) }
+func (s *RedisStore) occ() string                { return s.k.Occupancy() }
+func (s *RedisStore) holds() string              { return s.k.Holds() }
+func (s *RedisStore) cacheMiss() string          { return s.k.CacheMiss() }
 
 // The scripts (internal/redisx/lua/webhooks_*.lua); every one that queues includes the push
 // library, webhooks_push.

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 )
 
 // NewNode returns node id's registry on the case's shared backend (one per case: every call
 // within one case reaches the same nodes); the suite closes what it does not close itself.
-type NewNode func(t *testing.T, id string, timeout time.Duration) channels.NodeRegistry
+type NewNode func(t *testing.T, id string, timeout time.Duration) cluster.NodeRegistry
 
 // stateLog records what a registry asked of one NodeState.
 type stateLog struct {
@@ -25,8 +25,8 @@ type stateLog struct {
 	fail    int // Reap calls still to fail
 }
 
-func (l *stateLog) state() channels.NodeState {
-	return channels.NodeState{
+func (l *stateLog) state() cluster.NodeState {
+	return cluster.NodeState{
 		Reap: func(_ context.Context, node string, _ time.Time) error {
 			l.mu.Lock()
 			defer l.mu.Unlock()
@@ -54,7 +54,7 @@ func (l *stateLog) get() (reaped []string, resyncs, closing int) {
 func RunNodeRegistry(t *testing.T, newNode NewNode) {
 	ctx := context.Background()
 	const timeout = 1500 * time.Millisecond // 1.2 s of silence is death: margin for a loaded machine
-	live := func(t *testing.T, r channels.NodeRegistry) []string {
+	live := func(t *testing.T, r cluster.NodeRegistry) []string {
 		t.Helper()
 		ids, err := r.LiveNodes(ctx)
 		if err != nil {
@@ -63,7 +63,7 @@ func RunNodeRegistry(t *testing.T, newNode NewNode) {
 		slices.Sort(ids)
 		return ids
 	}
-	beat := func(t *testing.T, r channels.NodeRegistry) {
+	beat := func(t *testing.T, r cluster.NodeRegistry) {
 		t.Helper()
 		if err := r.Heartbeat(ctx); err != nil {
 			t.Fatal(err)
@@ -153,7 +153,7 @@ func RunNodeRegistry(t *testing.T, newNode NewNode) {
 		if got := live(t, b); !slices.Equal(got, []string{"b"}) {
 			t.Fatalf("after a's close b sees %q", got)
 		}
-		if err := a.Heartbeat(ctx); !errors.Is(err, channels.ErrNodeClosed) {
+		if err := a.Heartbeat(ctx); !errors.Is(err, cluster.ErrNodeClosed) {
 			t.Fatalf("heartbeat after close: %v", err)
 		}
 	})

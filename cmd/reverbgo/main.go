@@ -144,7 +144,7 @@ func (e emitter) Emit(appID string, ev map[string]any) { e.d.Emit(appID, webhook
 func (e emitter) Wants(appID, name string) bool { return e.d.Wants(appID, name) }
 
 // newConsole builds the debug console when console.enabled, else nil.
-func newConsole(cfg *config.Config, srv *pusher.Server, httpAPI *api.API, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *cluster, clients *httpguard.Clients, logger *slog.Logger) *console.Console {
+func newConsole(cfg *config.Config, srv *pusher.Server, httpAPI *api.API, br *bridge.Bridge, hooks *webhooks.Dispatcher, cl *clusterNode, clients *httpguard.Clients, logger *slog.Logger) *console.Console {
 	if !cfg.Console.Enabled {
 		return nil
 	}
@@ -207,7 +207,7 @@ type node struct {
 	srv   *pusher.Server
 	br    *bridge.Bridge
 	mcp   *mcp.Server
-	cl    *cluster // nil on a single node
+	cl    *clusterNode // nil on a single node
 	hooks *webhooks.Dispatcher
 	con   *console.Console    // nil unless console.enabled
 	mem   *bridge.MemoryStore // the single node's bridge store; nil with scaling
@@ -236,7 +236,7 @@ func newNode(cfg *config.Config, logger *slog.Logger, metrics *prometheus.Regist
 	var store bridge.Store
 	var feed bridge.ManifestFeed
 	var memStore *bridge.MemoryStore // closed on release when single node
-	var cl *cluster
+	var cl *clusterNode
 	hookOpts := webhooks.Options{Logger: logger, Lease: time.Duration(cfg.Scaling.WebhookLease) * time.Second}
 	if cfg.Scaling.Enabled {
 		var err error

@@ -13,6 +13,7 @@ import (
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
 	"github.com/reverbgo/reverbgo/config"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/redisx"
 	"github.com/reverbgo/reverbgo/pusher"
 	"github.com/reverbgo/reverbgo/webhooks"
@@ -21,21 +22,21 @@ import (
 // cluster is what scaling.enabled adds to a node: one Redis client shared by the broker,
 // the presence store and the bridge store. Without it the same binary runs one node on
 // the in-memory implementations.
-type cluster struct {
+type clusterNode struct {
 	rdb      *redisx.Client // the Redis layer: client, topology, the pub/sub loop
 	addr     string         // the topology, for logs (no password)
 	node     string
-	prefix   string             // of this cluster's node-level keys in Redis
-	keys     *channels.KeySpace // every key and pub/sub channel name (scaling.routing decides the layout)
-	broker   *channels.RedisBroker
-	nodes    *channels.RedisNodes // the one node registry: presence, occupancy, sockets, webhooks
-	presence *channels.RedisPresence
-	occ      *channels.RedisOccupancy
+	prefix   string            // of this cluster's node-level keys in Redis
+	keys     *cluster.KeySpace // every key and pub/sub channel name (scaling.routing decides the layout)
+	broker   *cluster.RedisBroker
+	nodes    *cluster.RedisNodes // the one node registry: presence, occupancy, sockets, webhooks
+	presence *cluster.RedisPresence
+	occ      *cluster.RedisOccupancy
 	sockets  *bridge.RedisSocketIndex // the bridge's cross-node socket index
 	store    *bridge.RedisStore
-	cache    *channels.RedisCache
-	history  *channels.RedisHistory // recovery channels' serials and events; nil when no app enables recovery
-	feed     *bridge.RedisFeed      // manifest changes for MCP list_changed, cluster-wide
+	cache    *cluster.RedisCache
+	history  *cluster.RedisHistory // recovery channels' serials and events; nil when no app enables recovery
+	feed     *bridge.RedisFeed     // manifest changes for MCP list_changed, cluster-wide
 	// gone and back are set to the pusher server's MemberGone and MemberBack before
 	// presence.Start.
 	gone func(app, channel, user string)
@@ -50,7 +51,7 @@ type cluster struct {
 // connections from channels' occupancy, socket lookups and page-token hashes
 // (pusher.CredentialIndex) from the bridge's socket index.
 type clusterView struct {
-	*channels.RedisOccupancy
+	*cluster.RedisOccupancy
 	*bridge.RedisSocketIndex
 }
 
@@ -92,20 +93,14 @@ func redisClient(sc config.Scaling, logger *slog.Logger) (*redisx.Client, string
 	}
 }
 
-// KeyPrefix is the namespace of every key a cluster keeps in Redis. The braces are a Redis
-// Cluster hash tag: every key of one cluster lands in one slot, so the Lua scripts that touch
-// several keys at once (presence join/leave/reap, the bridge's claims) run on Redis Cluster,
-// and two clusters sharing a Redis with different scaling.channel never meet.
-func KeyPrefix(channel string) string { return "{" + channels.DefaultRedisPrefix + channel + "}:" }
-
 // newCluster connects to the configured Redis and builds the cluster seams under one prefix
 // derived from scaling.channel, so two clusters may share a Redis with different channels.
-func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
+func newCluster(cfg *config.Config, logger *slog.Logger) (*clusterNode, error) {
 	rdb, addr, err := redisClient(cfg.Scaling, logger)
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{rdb: rdb, addr: addr, node: channels.NewNodeID()}
+	c := &clusterNode{rdb: rdb, addr: addr, node: cluster.NewNodeID()}
 	ctx, cancel := context.WithTimeout(context.Background(), startupTimeout)
 	defer cancel()
 	if err := c.rdb.Ping(ctx).Err(); err != nil {
@@ -114,27 +109,26 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	}
 	channel := cfg.Scaling.Channel
 	if channel == "" {
-		channel = channels.DefaultScalingChannel
+		channel = cluster.DefaultScalingChannel
 	}
-	prefix := KeyPrefix(channel)
-	c.prefix = prefix
-	routing := channels.RoutingInterest
+	routing := cluster.RoutingInterest
 	if cfg.Scaling.Routing == config.RoutingBroadcast {
-		routing = channels.RoutingBroadcast
+		routing = cluster.RoutingBroadcast
 	}
-	c.keys = channels.NewKeySpace(channel, routing == channels.RoutingInterest)
-	c.cache = channels.NewRedisCacheIn(c.rdb, c.keys)
+	c.keys = cluster.NewKeySpace(channel, routing == cluster.RoutingInterest)
+	c.prefix = c.keys.Prefix()
+	c.cache = cluster.NewRedisCacheIn(c.rdb, c.keys)
 	for i := range cfg.Apps {
 		if cfg.Apps[i].Recovery.Enabled && c.history == nil {
 			// The broker's writer gives recovery events their serial as it publishes them.
-			c.history = channels.NewRedisHistory(c.rdb, c.keys)
-			if err := channels.LoadScripts(ctx, c.rdb); err != nil {
+			c.history = cluster.NewRedisHistory(c.rdb, c.keys)
+			if err := cluster.LoadScripts(ctx, c.rdb); err != nil {
 				_ = c.rdb.Close()
 				return nil, fmt.Errorf("scaling: loading the recovery scripts: %w", err)
 			}
 		}
 	}
-	if c.broker, err = channels.NewRedisBroker(ctx, c.rdb, channels.RedisBrokerOptions{
+	if c.broker, err = cluster.NewRedisBroker(ctx, c.rdb, cluster.RedisBrokerOptions{
 		Channel: channel, Routing: routing, Keys: c.keys, NodeID: c.node, Logger: logger, Cache: c.cache,
 		Client: c.rdb, OnGap: c.onGap, History: c.history,
 	}); err != nil {
@@ -142,11 +136,11 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: subscribing to %q: %w", channel, err)
 	}
-	c.nodes = channels.NewRedisNodes(c.rdb, channels.RedisNodesOptions{
+	c.nodes = cluster.NewRedisNodes(c.rdb, cluster.RedisNodesOptions{
 		Keys: c.keys, NodeID: c.node, Logger: logger,
 		NodeTimeout: time.Duration(cfg.Scaling.NodeTimeout) * time.Second,
 	})
-	c.presence = channels.NewRedisPresence(c.rdb, channels.RedisPresenceOptions{
+	c.presence = cluster.NewRedisPresence(c.rdb, cluster.RedisPresenceOptions{
 		Nodes: c.nodes, Logger: logger,
 		OnGone: func(app, ch, user string) {
 			if c.gone != nil {
@@ -161,17 +155,17 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 	})
 	// Toolmark channels' counts are written through: the bridge checks, on any node, that a
 	// page is subscribed as soon as its subscription is answered.
-	c.occ = channels.NewRedisOccupancy(c.nodes, bridge.ChannelPrefix, logger)
+	c.occ = cluster.NewRedisOccupancy(c.nodes, bridge.ChannelPrefix, logger)
 	// Only toolmark sockets are indexed: the bridge is the only reader of socket lookups.
 	c.sockets = bridge.NewRedisSocketIndex(c.rdb, c.nodes, logger)
-	if c.store, err = bridge.NewRedisStore(ctx, c.rdb, prefix+"toolmark:"); err != nil {
+	if c.store, err = bridge.NewRedisStore(ctx, c.rdb, c.keys.ToolmarkPrefix()); err != nil {
 		c.occ.Close()
 		_ = c.nodes.Close()
 		_ = c.broker.Close()
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("scaling: bridge store: %w", err)
 	}
-	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, prefix+"toolmark:", logger); err != nil {
+	if c.feed, err = bridge.NewRedisFeed(ctx, c.rdb, c.keys.ToolmarkPrefix(), logger); err != nil {
 		_ = c.store.Close()
 		c.occ.Close()
 		_ = c.nodes.Close()
@@ -185,7 +179,7 @@ func newCluster(cfg *config.Config, logger *slog.Logger) (*cluster, error) {
 // start begins delivering cluster messages into reg and heartbeating; the server announces
 // members the presence store removed on its own (reaped nodes, retried leaves) and gives
 // its connection counts to the occupancy batch (for the cluster-wide /connections).
-func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
+func (c *clusterNode) start(reg *channels.Registry, srv *pusher.Server) {
 	c.gone = srv.MemberGone
 	c.back = srv.MemberBack
 	gap := func(cause string, restored bool) {
@@ -206,12 +200,12 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 		return out
 	})
 	// Recovery events reach this node's sockets in serial order: a gap is read from the
-	// history before later events, or told (channels/broker_streams.go).
+	// history before later events, or told (internal/cluster/streams.go).
 	c.broker.SetRecovery(srv.RecoveryLimits, srv.ToldGap)
 	c.broker.Start(reg.DeliverLocal)
 	// Redis trouble seen by the heartbeat (a rejoin, a gap) makes the server reconcile what
 	// its presence subscribers were told (pusher/presence_reconcile.go).
-	c.nodes.Track(channels.NodeState{Name: "presence reconcile", Tick: func(_ context.Context, rejoined bool) error { srv.PresenceHeartbeat(rejoined); return nil }})
+	c.nodes.Track(cluster.NodeState{Name: "presence reconcile", Tick: func(_ context.Context, rejoined bool) error { srv.PresenceHeartbeat(rejoined); return nil }})
 	c.nodes.Start()
 	// On Redis Cluster the node's subscription connections (one per bucket) are made before
 	// it takes sockets, so first subscribes do not wait for dials.
@@ -233,7 +227,7 @@ func (c *cluster) start(reg *channels.Registry, srv *pusher.Server) {
 // node registry rewrites its other per-node state from memory at that heartbeat for the same
 // reason (RedisNodes.ResyncSoon: the bridge's socket index, whose lost entry would answer a
 // page's POSTs 401, and the written-through counts).
-func (c *cluster) onGap(cause string, restored bool) {
+func (c *clusterNode) onGap(cause string, restored bool) {
 	if f := c.gap.Load(); f != nil {
 		(*f)(cause, restored)
 	}
@@ -242,12 +236,12 @@ func (c *cluster) onGap(cause string, restored bool) {
 // webhookStore is the webhooks' cluster store, registered with the node registry (which
 // reaps its dead nodes, with the same node_timeout as presence and occupancy); call it
 // before start.
-func (c *cluster) webhookStore() *webhooks.RedisStore {
+func (c *clusterNode) webhookStore() *webhooks.RedisStore {
 	return webhooks.NewRedisStore(c.rdb, c.prefix, c.nodes)
 }
 
 // health is /up's dependency check: the subscription must be live and Redis must answer.
-func (c *cluster) health(ctx context.Context) map[string]string {
+func (c *clusterNode) health(ctx context.Context) map[string]string {
 	if !c.broker.Healthy() || c.rdb.SubsDown() > 0 || c.rdb.Ping(ctx).Err() != nil {
 		return map[string]string{"redis": "unreachable"}
 	}
@@ -259,7 +253,7 @@ func (c *cluster) health(ctx context.Context) map[string]string {
 // then beforeRedis (the webhooks hand what they hold to Redis), then the node registry
 // (this node reaps all its state and leaves the cluster: a join landing later is refused),
 // then the subscriptions, then the client.
-func (c *cluster) close(logger *slog.Logger, beforeRedis func()) {
+func (c *clusterNode) close(logger *slog.Logger, beforeRedis func()) {
 	c.occ.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := c.presence.Drain(ctx); err != nil {

@@ -8,7 +8,7 @@ import (
 
 // The Redis topologies the topology tests need besides REVERBGO_TEST_REDIS_URL and
 // REVERBGO_TEST_REDIS_CLUSTER, as scripts/redis-topologies.sh prints them (.ci/run starts
-// them). The broker-level tests (channels/topology_test.go) change their shape (a slot
+// them). The broker-level tests (internal/cluster/topology_test.go) change their shape (a slot
 // moved and moved back, a planned failover) and leave them serving; the black-box fault
 // harness (e2e/topology) starts fresh ones of its own per scenario with the same script and
 // runs only where these are set, i.e. where the machine is meant to run topology tests.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/testutil"
 	"github.com/reverbgo/reverbgo/webhooks"
 )
@@ -17,15 +17,15 @@ import (
 const nodeTimeout = 500 * time.Millisecond
 
 // RedisNodes is n nodes of one cluster over client() under prefix, as cmd/reverbgo makes
-// them: each RedisStore registered with its node's channels.RedisNodes (heartbeated here,
+// them: each RedisStore registered with its node's cluster.RedisNodes (heartbeated here,
 // not by a loop, so Kill decides who stops). elapse is the backend's (see Nodes).
 func RedisNodes(t *testing.T, n int, prefix string, client func() redis.UniversalClient, elapse func(time.Duration)) Nodes {
 	t.Helper()
-	regs := make([]*channels.RedisNodes, n)
+	regs := make([]*cluster.RedisNodes, n)
 	stores := make([]webhooks.Store, n)
 	for i := range regs {
 		rdb := client()
-		regs[i] = channels.NewRedisNodes(rdb, channels.RedisNodesOptions{Prefix: prefix, NodeTimeout: nodeTimeout})
+		regs[i] = cluster.NewRedisNodes(rdb, cluster.RedisNodesOptions{Prefix: prefix, NodeTimeout: nodeTimeout})
 		stores[i] = webhooks.NewRedisStore(rdb, prefix, regs[i])
 		if err := regs[i].Heartbeat(ctx); err != nil {
 			t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 type NewStores func(t *testing.T, n int) Nodes
 
 // Nodes are the stores of a cluster's nodes, each registered with its node's registry (a
-// channels.NodeRegistry, as cmd/reverbgo does).
+// cluster.NodeRegistry, as cmd/reverbgo does).
 type Nodes struct {
 	Stores []webhooks.Store
 	// Elapse lets d pass for the backend's expiries (a sleep, or miniredis's FastForward
