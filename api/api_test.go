@@ -16,7 +16,7 @@ import (
 func TestTriggerDeliversDataIntact(t *testing.T) {
 	ts := newServer(t)
 	c := ts.connect(t)
-	c.subscribe("news")
+	c.Subscribe("news")
 	datas := []string{
 		`{"some":"data"}`,
 		`plain text`,
@@ -26,12 +26,12 @@ func TestTriggerDeliversDataIntact(t *testing.T) {
 	for i, d := range datas {
 		name := fmt.Sprintf("ev-%d", i)
 		ts.trigger(t, "news", name, d)
-		ev := c.waitEvent(name, "news")
-		if got := ev.dataString(t); got != d {
+		ev := c.WaitEvent(name, "news")
+		if got := ev.DataString(t); got != d {
 			t.Errorf("data %q, want %q", got, d)
 		}
 		if ev.UserID != "" {
-			t.Errorf("API event carries user_id: %s", ev.raw)
+			t.Errorf("API event carries user_id: %s", ev.Raw)
 		}
 	}
 	// data sent as a JSON object (not a string) is refused, as Pusher and Reverb do: SDKs
@@ -40,15 +40,15 @@ func TestTriggerDeliversDataIntact(t *testing.T) {
 	if st, b := ts.api(t, "POST", "/apps/"+testAppID+"/events", nil, body); st != 400 || !strings.Contains(string(b), "data must be a string") {
 		t.Fatalf("%d %s", st, b)
 	}
-	c.expectNone("obj", "news")
+	c.ExpectNone("obj", "news")
 }
 
 func TestTriggerChannelsListAndExclusion(t *testing.T) {
 	ts := newServer(t)
 	a, b := ts.connect(t), ts.connect(t)
 	for _, c := range []*client{a, b} {
-		c.subscribe("one")
-		c.subscribe("two")
+		c.Subscribe("one")
+		c.Subscribe("two")
 	}
 	body := mustMarshal(t, map[string]any{"name": "multi", "channels": []string{"one", "two"}, "data": "x"})
 	st, resp := ts.api(t, "POST", "/apps/"+testAppID+"/events", nil, body)
@@ -56,17 +56,17 @@ func TestTriggerChannelsListAndExclusion(t *testing.T) {
 		t.Fatalf("%d %s", st, resp)
 	}
 	for _, c := range []*client{a, b} {
-		c.waitEvent("multi", "one")
-		c.waitEvent("multi", "two")
+		c.WaitEvent("multi", "one")
+		c.WaitEvent("multi", "two")
 	}
 
 	// socket_id excludes that socket only.
-	body = mustMarshal(t, map[string]any{"name": "excl", "channel": "one", "data": "y", "socket_id": a.socketID})
+	body = mustMarshal(t, map[string]any{"name": "excl", "channel": "one", "data": "y", "socket_id": a.SocketID})
 	if st, resp := ts.api(t, "POST", "/apps/"+testAppID+"/events", nil, body); st != 200 {
 		t.Fatalf("%d %s", st, resp)
 	}
-	b.waitEvent("excl", "one")
-	a.expectNone("excl", "")
+	b.WaitEvent("excl", "one")
+	a.ExpectNone("excl", "")
 
 	// info asks for attributes of each channel.
 	body = mustMarshal(t, map[string]any{"name": "info", "channel": "one", "data": "z", "info": "subscription_count"})
@@ -85,13 +85,13 @@ func TestTriggerChannelsListAndExclusion(t *testing.T) {
 func TestBatchEvents(t *testing.T) {
 	ts := newServer(t)
 	a, b := ts.connect(t), ts.connect(t)
-	a.subscribe("b1")
-	b.subscribe("b1")
-	b.subscribe("b2")
+	a.Subscribe("b1")
+	b.Subscribe("b1")
+	b.Subscribe("b2")
 	body := mustMarshal(t, map[string]any{"batch": []map[string]any{
 		{"name": "e1", "channel": "b1", "data": "one"},
 		{"name": "e2", "channel": "b2", "data": `{"n":2}`},
-		{"name": "e3", "channel": "b1", "data": "three", "socket_id": a.socketID},
+		{"name": "e3", "channel": "b1", "data": "three", "socket_id": a.SocketID},
 	}})
 	st, resp := ts.api(t, "POST", "/apps/"+testAppID+"/batch_events", nil, body)
 	if st != 200 {
@@ -100,15 +100,15 @@ func TestBatchEvents(t *testing.T) {
 	if m := mustJSONMap(t, resp); m["batch"] == nil {
 		t.Errorf("answer %s, want {\"batch\":{}}", resp)
 	}
-	if d := b.waitEvent("e1", "b1").dataString(t); d != "one" {
+	if d := b.WaitEvent("e1", "b1").DataString(t); d != "one" {
 		t.Errorf("e1 data %q", d)
 	}
-	if d := b.waitEvent("e2", "b2").dataString(t); d != `{"n":2}` {
+	if d := b.WaitEvent("e2", "b2").DataString(t); d != `{"n":2}` {
 		t.Errorf("e2 data %q", d)
 	}
-	b.waitEvent("e3", "b1")
-	a.waitEvent("e1", "b1")
-	a.expectNone("e3", "")
+	b.WaitEvent("e3", "b1")
+	a.WaitEvent("e1", "b1")
+	a.ExpectNone("e3", "")
 
 	// With info the answer is index-aligned.
 	body = mustMarshal(t, map[string]any{"batch": []map[string]any{
@@ -219,9 +219,9 @@ func TestAPIErrorStatuses(t *testing.T) {
 func TestChannelsEndpoints(t *testing.T) {
 	ts := newServer(t)
 	a, b := ts.connect(t), ts.connect(t)
-	a.subscribe("public-1")
-	b.subscribe("public-1")
-	a.subscribe("other")
+	a.Subscribe("public-1")
+	b.Subscribe("public-1")
+	a.Subscribe("other")
 	ts.subscribePrivate(a, "private-x")
 	ts.subscribePresence(a, "presence-room", `{"user_id":"u1"}`)
 	ts.subscribePresence(b, "presence-room", `{"user_id":"u1"}`)
@@ -272,7 +272,7 @@ func TestChannelsEndpoints(t *testing.T) {
 	}
 
 	// Vacated channels disappear from the listing.
-	_ = a.ws.Close()
+	_ = a.WS.Close()
 	testutil.WaitFor(t, "other vacated", func() bool {
 		_, ok := get("/channels", nil)["channels"].(map[string]any)["other"]
 		return !ok

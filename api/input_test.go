@@ -10,7 +10,7 @@ import (
 func TestAPIInputTypes(t *testing.T) {
 	ts := newServer(t)
 	c := ts.connect(t)
-	c.subscribe("c")
+	c.Subscribe("c")
 	events := "/apps/" + testAppID + "/events"
 	batch := "/apps/" + testAppID + "/batch_events"
 	for _, tc := range []struct {
@@ -62,7 +62,7 @@ func TestAPIInputTypes(t *testing.T) {
 			t.Fatalf("%s: %d %s", body, st, b)
 		}
 	}
-	c.waitEvent("ok1", "c")
-	c.waitEvent("ok2", "c")
-	c.expectNone("e", "")
+	c.WaitEvent("ok1", "c")
+	c.WaitEvent("ok2", "c")
+	c.ExpectNone("e", "")
 }

@@ -43,16 +43,16 @@ func TestTriggersObserved(t *testing.T) {
 	c := ts.connect(t)
 	ts.subscribePrivate(c, "private-x")
 	ts.trigger(t, "private-x", "order.shipped", `{"id":1}`)
-	c.waitEvent("order.shipped", "private-x")
+	c.WaitEvent("order.shipped", "private-x")
 	batch := []byte(`{"batch":[{"name":"b","channel":"private-x","data":"2"}]}`)
 	if st, body := ts.api(t, "POST", "/apps/"+testAppID+"/batch_events", nil, batch); st != 200 {
 		t.Fatalf("batch: %d %s", st, body)
 	}
-	c.waitEvent("b", "private-x")
+	c.WaitEvent("b", "private-x")
 	if err := ts.http.Trigger(context.Background(), testAppID, "private-x", "console.test", []byte(`"hi"`)); err != nil {
 		t.Fatal(err)
 	}
-	c.waitEvent("console.test", "private-x")
+	c.WaitEvent("console.test", "private-x")
 	for _, want := range []string{
 		pusher.ObservedAPI + ` private-x order.shipped {"id":1}`,
 		pusher.ObservedAPI + ` private-x b 2`,

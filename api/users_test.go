@@ -17,22 +17,22 @@ func TestTerminateConnections(t *testing.T) {
 	p1 := ts.connect(t) // presence user u1, not signed in
 	ts.subscribePresence(p1, "presence-t", `{"user_id":"u1"}`)
 	anon := ts.connect(t)
-	anon.subscribe("public")
+	anon.Subscribe("public")
 
 	st, body := ts.api(t, "POST", "/apps/"+testAppID+"/users/u1/terminate_connections", nil, []byte(`{}`))
 	if st != 200 || string(body) != "{}\n" {
 		t.Fatalf("%d %s", st, body)
 	}
 	for i, c := range []*client{u1a, u1b, p1} {
-		if code := c.waitError(); code != 4009 {
+		if code, _ := c.WaitError(); code != 4009 {
 			t.Errorf("socket %d: pusher:error %d, want 4009", i, code)
 		}
-		if code := c.waitClose(); code != 4009 {
+		if code := c.WaitClose(); code != 4009 {
 			t.Errorf("socket %d: close %d, want 4009", i, code)
 		}
 	}
-	u2.ping()
-	anon.ping()
+	u2.Ping()
+	anon.Ping()
 	testutil.WaitFor(t, "terminated sockets released", func() bool { return ts.s.ConnectionCount(testAppID) == 2 })
 
 	// Unknown users are fine.

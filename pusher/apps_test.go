@@ -24,16 +24,16 @@ func TestReloadAppsSecret(t *testing.T) {
 		ok   string // the event a valid signature gets
 	}{
 		{"private channel", func(ts *tserver, c *client, secret string) {
-			c.subscribeMsg("private-x", privateAuth(ts.app.Key, secret, c.socketID, "private-x"), "")
+			c.SubscribeMsg("private-x", privateAuth(ts.app.Key, secret, c.SocketID, "private-x"), "")
 		}, "pusher_internal:subscription_succeeded"},
 		{"presence channel", func(ts *tserver, c *client, secret string) {
 			data := `{"user_id":"u1"}`
-			c.subscribeMsg("presence-x", presenceAuth(ts.app.Key, secret, c.socketID, "presence-x", data), data)
+			c.SubscribeMsg("presence-x", presenceAuth(ts.app.Key, secret, c.SocketID, "presence-x", data), data)
 		}, "pusher_internal:subscription_succeeded"},
 		{"user auth", func(ts *tserver, c *client, secret string) {
 			data := `{"id":"u1"}`
-			c.send(map[string]any{"event": "pusher:signin", "data": map[string]any{
-				"auth": ts.app.Key + ":" + auth.SigninSignature(secret, c.socketID, data), "user_data": data}})
+			c.Send(map[string]any{"event": "pusher:signin", "data": map[string]any{
+				"auth": ts.app.Key + ":" + auth.SigninSignature(secret, c.SocketID, data), "user_data": data}})
 		}, "pusher:signin_success"},
 	}
 	for _, tt := range tests {
@@ -46,13 +46,13 @@ func TestReloadAppsSecret(t *testing.T) {
 				t.Fatalf("changes %+v", ch)
 			}
 			tt.try(ts, c, old)
-			if code, _ := c.waitError(); code != 4009 {
+			if code, _ := c.WaitError(); code != 4009 {
 				t.Fatalf("old secret: error %d, want 4009", code)
 			}
 			c2 := ts.connect(t)
 			tt.try(ts, c2, "rotated")
-			c2.waitEvent(tt.ok, "")
-			if c2.isClosed() {
+			c2.WaitEvent(tt.ok, "")
+			if c2.IsClosed() {
 				t.Fatal("closed")
 			}
 		})
@@ -81,17 +81,17 @@ func TestReloadAppsRemovedAndDisabled(t *testing.T) {
 			c := ts.connect(t)
 			ts.s.ReloadApps(tt.apps(ts))
 			if tt.code == 0 {
-				c.expectNone("pusher:error", "")
+				c.ExpectNone("pusher:error", "")
 				return
 			}
-			if code := c.waitClose(); code != tt.code {
+			if code := c.WaitClose(); code != tt.code {
 				t.Fatalf("close %d, want %d", code, tt.code)
 			}
 			c2, err := dial(t, ts.wsURL(ts.app.Key, "protocol=7&client=js&version=8.4.0"), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if code, _ := c2.waitError(); code != tt.code {
+			if code, _ := c2.WaitError(); code != tt.code {
 				t.Fatalf("new socket: error %d, want %d", code, tt.code)
 			}
 		})
@@ -120,7 +120,7 @@ func TestReloadAppsConcurrent(t *testing.T) {
 		c := ts.connect(t)
 		ts.subscribePrivate(c, "private-race")
 		ts.trigger(t, "private-race", "ev", "{}")
-		c.waitEvent("ev", "private-race")
+		c.WaitEvent("ev", "private-race")
 	}
 	close(stop)
 	wg.Wait()

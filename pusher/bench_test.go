@@ -64,9 +64,9 @@ func BenchmarkFanoutFrames(b *testing.B) {
 			clients := make([]*client, n)
 			for i := range clients {
 				clients[i] = ts.connect(b)
-				clients[i].subscribe("orders")
-				clients[i].countOnly.Store(true)
-				clients[i].count.Store(0)
+				clients[i].Subscribe("orders")
+				clients[i].CountOnly.Store(true)
+				clients[i].Count.Store(0)
 			}
 			b.ReportAllocs()
 			w0 := ts.s.writeCounts()
@@ -78,9 +78,9 @@ func BenchmarkFanoutFrames(b *testing.B) {
 			}
 			deadline := time.Now().Add(time.Minute)
 			for _, c := range clients {
-				for c.count.Load() < int64(b.N) {
-					if c.isClosed() || time.Now().After(deadline) {
-						b.Fatalf("client got %d of %d frames (closed=%v)", c.count.Load(), b.N, c.isClosed())
+				for c.Count.Load() < int64(b.N) {
+					if c.IsClosed() || time.Now().After(deadline) {
+						b.Fatalf("client got %d of %d frames (closed=%v)", c.Count.Load(), b.N, c.IsClosed())
 					}
 					time.Sleep(100 * time.Microsecond)
 				}

@@ -25,18 +25,18 @@ func TestClientEventsOnPrivateChannel(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a.t, b.t, c.t = t, t, t
-			a.sendRaw(tc.msg)
+			a.T, b.T, c.T = t, t, t
+			a.SendRaw(tc.msg)
 			for _, other := range []*client{b, c} {
-				ev := other.waitEvent("client-typing", "private-chat")
-				if got := ev.dataString(t); got != tc.want {
+				ev := other.WaitEvent("client-typing", "private-chat")
+				if got := ev.DataString(t); got != tc.want {
 					t.Errorf("data %q, want %q", got, tc.want)
 				}
 				if ev.UserID != "" {
-					t.Errorf("user_id on a private channel: %s", ev.raw)
+					t.Errorf("user_id on a private channel: %s", ev.Raw)
 				}
 			}
-			a.expectNone("client-typing", "") // never echoed to the sender
+			a.ExpectNone("client-typing", "") // never echoed to the sender
 		})
 	}
 }
@@ -46,12 +46,12 @@ func TestClientEventsOnPresenceCarryUserID(t *testing.T) {
 	a, b := ts.connect(t), ts.connect(t)
 	ts.subscribePresence(a, "presence-chat", `{"user_id":42}`)
 	ts.subscribePresence(b, "presence-chat", `{"user_id":"b"}`)
-	a.sendRaw(`{"event":"client-wave","channel":"presence-chat","data":{}}`)
-	ev := b.waitEvent("client-wave", "presence-chat")
+	a.SendRaw(`{"event":"client-wave","channel":"presence-chat","data":{}}`)
+	ev := b.WaitEvent("client-wave", "presence-chat")
 	if ev.UserID != "42" {
-		t.Errorf("user_id %q, want 42: %s", ev.UserID, ev.raw)
+		t.Errorf("user_id %q, want 42: %s", ev.UserID, ev.Raw)
 	}
-	a.expectNone("client-wave", "")
+	a.ExpectNone("client-wave", "")
 }
 
 func TestClientEventsRejected(t *testing.T) {
@@ -86,12 +86,12 @@ func TestClientEventsRejected(t *testing.T) {
 				}
 				subscribeAny(ts, other, ch)
 			}
-			sender.send(map[string]any{"event": "client-x", "channel": ch, "data": map[string]any{}})
-			if code, msg := sender.waitError(); code != tc.code {
+			sender.Send(map[string]any{"event": "client-x", "channel": ch, "data": map[string]any{}})
+			if code, msg := sender.WaitError(); code != tc.code {
 				t.Errorf("code %d (%s), want %d", code, msg, tc.code)
 			}
-			other.expectNone("client-x", "")
-			sender.ping()
+			other.ExpectNone("client-x", "")
+			sender.Ping()
 		})
 	}
 }
@@ -101,20 +101,20 @@ func subscribeAny(ts *tserver, c *client, ch string) {
 		ts.subscribePrivate(c, ch)
 		return
 	}
-	c.subscribe(ch)
+	c.Subscribe(ch)
 }
 
 func TestClientEventsFromAll(t *testing.T) {
 	ts := newServer(t, withApp(func(a *config.App) { a.AcceptClientEventsFrom = config.ClientEventsAll }))
 	a, b := ts.connect(t), ts.connect(t)
-	b.subscribe("public-x")
+	b.Subscribe("public-x")
 	ts.subscribePrivate(b, "private-y")
 	// Allowed on public channels and without being subscribed.
-	a.send(map[string]any{"event": "client-p", "channel": "public-x", "data": "1"})
-	b.waitEvent("client-p", "public-x")
-	a.send(map[string]any{"event": "client-q", "channel": "private-y", "data": "2"})
-	b.waitEvent("client-q", "private-y")
-	a.expectNone("pusher:error", "")
+	a.Send(map[string]any{"event": "client-p", "channel": "public-x", "data": "1"})
+	b.WaitEvent("client-p", "public-x")
+	a.Send(map[string]any{"event": "client-q", "channel": "private-y", "data": "2"})
+	b.WaitEvent("client-q", "private-y")
+	a.ExpectNone("pusher:error", "")
 }
 
 func TestClientEventRateLimit(t *testing.T) {
@@ -125,21 +125,21 @@ func TestClientEventRateLimit(t *testing.T) {
 	a, b := ts.connect(t), ts.connect(t)
 	ts.subscribePrivate(a, "private-r")
 	ts.subscribePrivate(b, "private-r")
-	send := func(n string) { a.send(map[string]any{"event": "client-" + n, "channel": "private-r", "data": n}) }
+	send := func(n string) { a.Send(map[string]any{"event": "client-" + n, "channel": "private-r", "data": n}) }
 	send("1")
 	send("2")
 	send("3")
-	if code, msg := a.waitError(); code != 4301 {
+	if code, msg := a.WaitError(); code != 4301 {
 		t.Fatalf("third event in a second: %d (%s), want 4301", code, msg)
 	}
-	b.waitEvent("client-1", "")
-	b.waitEvent("client-2", "")
-	b.expectNone("client-3", "")
+	b.WaitEvent("client-1", "")
+	b.WaitEvent("client-2", "")
+	b.ExpectNone("client-3", "")
 	// The limit is per second: the next second allows two more.
 	clock.Advance(time.Second)
 	send("4")
-	b.waitEvent("client-4", "")
-	a.expectNone("pusher:error", "")
+	b.WaitEvent("client-4", "")
+	a.ExpectNone("pusher:error", "")
 }
 
 func TestClientEventRateLimitDefaultIsTen(t *testing.T) {
@@ -149,13 +149,13 @@ func TestClientEventRateLimitDefaultIsTen(t *testing.T) {
 	ts.subscribePrivate(a, "private-r")
 	ts.subscribePrivate(b, "private-r")
 	for i := 0; i < 11; i++ {
-		a.send(map[string]any{"event": "client-e", "channel": "private-r", "data": i})
+		a.Send(map[string]any{"event": "client-e", "channel": "private-r", "data": i})
 	}
-	if code, _ := a.waitError(); code != 4301 {
+	if code, _ := a.WaitError(); code != 4301 {
 		t.Fatalf("code %d, want 4301", code)
 	}
 	for i := 0; i < 10; i++ {
-		b.waitEvent("client-e", "")
+		b.WaitEvent("client-e", "")
 	}
-	b.expectNone("client-e", "")
+	b.ExpectNone("client-e", "")
 }

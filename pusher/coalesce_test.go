@@ -25,11 +25,11 @@ func TestServerWriteCoalesceConfig(t *testing.T) {
 				t.Fatalf("coalescing window %v, want %v", got, tt.want)
 			}
 			c := ts.connect(t)
-			c.subscribe("news")
+			c.Subscribe("news")
 			for i := range 3 {
 				t0 := time.Now()
 				ts.trigger(t, "news", "hello", fmt.Sprint(i))
-				c.waitEvent("hello", "news")
+				c.WaitEvent("hello", "news")
 				if d := time.Since(t0); tt.want >= time.Second && d > tt.want/2 {
 					t.Fatalf("event %d took %v on an idle server (window %v)", i, d, tt.want)
 				}

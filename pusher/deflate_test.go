@@ -50,15 +50,8 @@ func connectCounted(t *testing.T, ts *tserver, offer bool) (*client, *atomic.Int
 	if got := resp.Header.Get("Sec-WebSocket-Extensions") != ""; got != offer {
 		t.Fatalf("offer %v, extension answered %v", offer, got)
 	}
-	c := &client{t: t, ws: wc, notify: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan string, 16)}
-	go c.readLoop()
-	t.Cleanup(func() { _ = wc.Close() })
-	var est struct {
-		SocketID string `json:"socket_id"`
-	}
-	c.waitEvent("pusher:connection_established", "").dataInto(t, &est)
-	c.socketID = est.SocketID
-	testutil.WaitFor(t, "socket registered", func() bool { return ts.s.sockets.get(est.SocketID) != nil })
+	c := testutil.NewWSClient(t, wc)
+	ts.established(t, c)
 	return c, n
 }
 
@@ -86,16 +79,16 @@ func TestCompressionPerSocket(t *testing.T) {
 			cd := `{"user_id":"u1","user_info":` + info + `}`
 			zs := ts.subscribePresence(zc, room, cd)
 			ps := ts.subscribePresence(pc, room, strings.Replace(cd, "u1", "u2", 1))
-			if !strings.Contains(zs.dataString(t), "Ada Lovelace") || !strings.Contains(ps.dataString(t), "Ada Lovelace") {
+			if !strings.Contains(zs.DataString(t), "Ada Lovelace") || !strings.Contains(ps.DataString(t), "Ada Lovelace") {
 				t.Fatal("subscription_succeeded without the members' info")
 			}
 			zsub, psub := zn.Load()-z0, pn.Load()-p0
-			zc.waitEvent("pusher_internal:member_added", room) // u2 joining
+			zc.WaitEvent("pusher_internal:member_added", room) // u2 joining
 
 			z0, p0 = zn.Load(), pn.Load()
 			ts.trigger(t, room, "shipped", data)
-			ze, pe := zc.waitEvent("shipped", room), pc.waitEvent("shipped", room)
-			if ze.dataString(t) != data || pe.dataString(t) != data {
+			ze, pe := zc.WaitEvent("shipped", room), pc.WaitEvent("shipped", room)
+			if ze.DataString(t) != data || pe.DataString(t) != data {
 				t.Fatal("the event's data differs from what was triggered")
 			}
 			zb, pb := zn.Load()-z0, pn.Load()-p0

@@ -49,7 +49,7 @@ func TestMemberGone(t *testing.T) {
 	ts.subscribePresence(a, room, `{"user_id":"u1","user_info":{}}`)
 	ts.s.MemberGone(ts.app.ID, room, "ghost")
 	var removed map[string]any
-	a.waitEvent("pusher_internal:member_removed", room).dataInto(t, &removed)
+	a.WaitEvent("pusher_internal:member_removed", room).DataInto(t, &removed)
 	if removed["user_id"] != "ghost" {
 		t.Fatalf("member_removed %v", removed)
 	}

@@ -92,12 +92,12 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	app := map[string]string{"app": testAppID}
 
 	a, b := ts.connect(t), ts.connect(t)
-	a.subscribe("news")
-	b.subscribe("news")
+	a.Subscribe("news")
+	b.Subscribe("news")
 	ts.subscribePresence(b, "presence-room", `{"user_id":"u1"}`)
 	ts.trigger(t, "news", "hello", "12345")
-	a.waitEvent("hello", "news")
-	b.waitEvent("hello", "news")
+	a.WaitEvent("hello", "news")
+	b.WaitEvent("hello", "news")
 
 	testutil.WaitFor(t, "opened", func() bool { return sample(t, reg, "reverbgo_connections_opened_total", app) == 2 })
 	if v := sample(t, reg, "reverbgo_connections", app); v != 2 {
@@ -151,9 +151,9 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	// Client events: the second in one second is refused by the rate limit of 1.
 	before := sample(t, reg, "reverbgo_client_messages_received_total", app)
 	for i := 0; i < 2; i++ {
-		a.send(map[string]any{"event": "client-x", "channel": "news", "data": map[string]any{}})
+		a.Send(map[string]any{"event": "client-x", "channel": "news", "data": map[string]any{}})
 	}
-	a.waitError()
+	a.WaitError()
 	if v := sample(t, reg, "reverbgo_rate_limit_refusals_total", map[string]string{"app": testAppID, "limit": "client_events"}); v != 1 {
 		t.Errorf("rate limited = %v", v)
 	}
@@ -161,13 +161,13 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 		t.Errorf("client messages = %v, want %v", v, before+2)
 	}
 
-	_ = a.ws.Close()
+	_ = a.WS.Close()
 	testutil.WaitFor(t, "closed counted", func() bool {
 		return sample(t, reg, "reverbgo_connections_closed_total", map[string]string{"app": testAppID, "reason": "client_gone"}) == 1
 	})
 
 	if c, err := dial(t, ts.wsURL("nope", "protocol=7"), nil); err == nil {
-		t.Cleanup(func() { _ = c.ws.Close() })
+		t.Cleanup(func() { _ = c.WS.Close() })
 	}
 	testutil.WaitFor(t, "refusal counted", func() bool {
 		return sample(t, reg, "reverbgo_connections_refused_total", map[string]string{"app": "", "reason": "app_not_found"}) == 1

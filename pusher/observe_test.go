@@ -49,22 +49,22 @@ func TestObserverSeesTheSocketLifecycle(t *testing.T) {
 	rec := &obsRecorder{}
 	ts.s.SetObserver(rec)
 	c := ts.connect(t)
-	id := c.socketID
+	id := c.SocketID
 	testutil.WaitFor(t, "open", func() bool { return rec.has("open " + testAppID + " " + id) })
 	ts.subscribePrivate(c, "private-x")
-	c.send(map[string]any{"event": "client-typing", "channel": "private-x", "data": map[string]any{"a": 1}})
+	c.Send(map[string]any{"event": "client-typing", "channel": "private-x", "data": map[string]any{"a": 1}})
 	testutil.WaitFor(t, "events", func() bool {
 		return rec.has("sub "+id+" private-x") && rec.has(ObservedClient+` private-x client-typing {"a":1}`)
 	})
 
 	// API and console triggers are observed too; package api tests them (TestTriggersObserved).
 	ts.trigger(t, "private-x", "order.shipped", `{"id":1}`)
-	c.waitEvent("order.shipped", "private-x")
+	c.WaitEvent("order.shipped", "private-x")
 	in, out, delivered := ts.s.Counters(testAppID)
 	if in < 2 || out < 1 || delivered < 1 {
 		t.Fatalf("counters in=%d out=%d delivered=%d", in, out, delivered)
 	}
-	c.ws.Close()
+	c.WS.Close()
 	testutil.WaitFor(t, "close", func() bool {
 		return rec.has("unsub "+id+" private-x") && rec.has("close "+testAppID+" "+id+" client_gone")
 	})
@@ -74,9 +74,9 @@ func TestObserverSeesTheSocketLifecycle(t *testing.T) {
 	n := len(rec.lines)
 	rec.mu.Unlock()
 	c2 := ts.connect(t)
-	c2.subscribe("y")
+	c2.Subscribe("y")
 	ts.trigger(t, "y", "e", "{}")
-	c2.waitEvent("e", "y")
+	c2.WaitEvent("e", "y")
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.lines) != n {

@@ -84,17 +84,17 @@ func TestPresenceReconcileAfterRedisTrouble(t *testing.T) {
 				old := b.ts.connect(t)
 				b.ts.subscribePresence(old, room, `{"user_id":"u-old","user_info":{}}`)
 				var ev map[string]any
-				ca.waitEvent("pusher_internal:member_added", room).dataInto(t, &ev)
+				ca.WaitEvent("pusher_internal:member_added", room).DataInto(t, &ev)
 				if ev["user_id"] != "u-old" {
 					t.Fatalf("member_added %v", ev)
 				}
 
 				a.lost.Store(true)
-				old.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"` + room + `"}}`)
+				old.SendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"` + room + `"}}`)
 				joiner := b.ts.connect(t)
 				b.ts.subscribePresence(joiner, room, `{"user_id":"u-new","user_info":{"name":"N"}}`)
 				testutil.WaitFor(t, "A drops both member events", func() bool { return a.dropped.Load() >= 2 })
-				ca.expectNone("", room)
+				ca.ExpectNone("", room)
 				// Stay cut until A's loop (one look every 200 ms) has seen the trouble: on a
 				// loaded machine the cut could otherwise end between two looks.
 				testutil.WaitFor(t, "A's reconcile loop sees the trouble", func() bool {
@@ -107,18 +107,18 @@ func TestPresenceReconcileAfterRedisTrouble(t *testing.T) {
 				if !tc.on {
 					// Six intervals of 200 ms: a reconcile would have run by now.
 					for range 8 {
-						ca.expectNone("", room)
+						ca.ExpectNone("", room)
 					}
 					return
 				}
 				got := map[string]map[string]any{}
 				for len(got) < 2 {
-					e := ca.next()
+					e := ca.Next()
 					if e.Channel != room {
 						continue
 					}
 					var d map[string]any
-					e.dataInto(t, &d)
+					e.DataInto(t, &d)
 					got[e.Event] = d
 				}
 				if r := got["pusher_internal:member_removed"]; r == nil || r["user_id"] != "u-old" {
@@ -133,8 +133,8 @@ func TestPresenceReconcileAfterRedisTrouble(t *testing.T) {
 				}
 				// The announced set now matches: no further corrections.
 				a.ts.s.PresenceTrouble()
-				ca.expectNone("", room)
-				ca.expectNone("", room)
+				ca.ExpectNone("", room)
+				ca.ExpectNone("", room)
 			})
 		}
 	}

@@ -27,37 +27,37 @@ func TestPrivateChannelAuth(t *testing.T) {
 			return "other:" + privateAuth(testKey, testSecret, s, "private-a")[len(testKey)+1:]
 		}},
 		{"wrong secret", func(s string) string { return privateAuth(testKey, "nope", s, "private-a") }},
-		{"other socket's signature", func(string) string { return privateAuth(testKey, testSecret, other.socketID, "private-a") }},
+		{"other socket's signature", func(string) string { return privateAuth(testKey, testSecret, other.SocketID, "private-a") }},
 		{"other channel's signature", func(s string) string { return privateAuth(testKey, testSecret, s, "private-b") }},
 		{"presence formula", func(s string) string { return presenceAuth(testKey, testSecret, s, "private-a", "{}") }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ts.connect(t)
-			c.subscribeMsg("private-a", tc.auth(c.socketID), "")
-			if code, msg := c.waitError(); code != 4009 {
+			c.SubscribeMsg("private-a", tc.auth(c.SocketID), "")
+			if code, msg := c.WaitError(); code != 4009 {
 				t.Fatalf("code %d (%s), want 4009", code, msg)
 			}
 			ts.trigger(t, "private-a", "secret", "x")
-			c.expectNone("", "private-a") // neither succeeded nor events
-			c.ping()                      // connection stays open
+			c.ExpectNone("", "private-a") // neither succeeded nor events
+			c.Ping()                      // connection stays open
 		})
 	}
 	t.Run("valid", func(t *testing.T) {
 		c := ts.connect(t)
 		ev := ts.subscribePrivate(c, "private-a")
-		if ev.dataString(t) != "{}" {
+		if ev.DataString(t) != "{}" {
 			t.Errorf("data %s", ev.Data)
 		}
 		ts.trigger(t, "private-a", "secret", "x")
-		c.waitEvent("secret", "private-a")
+		c.WaitEvent("secret", "private-a")
 	})
 	t.Run("encrypted channel relays ciphertext", func(t *testing.T) {
 		c := ts.connect(t)
 		ts.subscribePrivate(c, "private-encrypted-a")
 		payload := `{"nonce":"bm9uY2U=","ciphertext":"Y2lwaGVy"}`
 		ts.trigger(t, "private-encrypted-a", "enc", payload)
-		if d := c.waitEvent("enc", "private-encrypted-a").dataString(t); d != payload {
+		if d := c.WaitEvent("enc", "private-encrypted-a").DataString(t); d != payload {
 			t.Errorf("data %q", d)
 		}
 	})
@@ -77,14 +77,14 @@ func TestPresenceMembership(t *testing.T) {
 	infoA := `{"name":"Ann","tags":["x","y"],"uni":"é😀\"q\""}`
 	a := ts.connect(t)
 	var p presenceInfo
-	ts.subscribePresence(a, room, `{"user_id":"1","user_info":`+infoA+`}`).dataInto(t, &p)
+	ts.subscribePresence(a, room, `{"user_id":"1","user_info":`+infoA+`}`).DataInto(t, &p)
 	if p.Presence.Count != 1 || len(p.Presence.IDs) != 1 || p.Presence.IDs[0] != "1" || string(p.Presence.Hash["1"]) != infoA {
 		t.Fatalf("first member's view: %+v", p)
 	}
 
 	// B joins: A sees member_added with user_info intact, B sees both.
 	b1 := ts.connect(t)
-	ts.subscribePresence(b1, room, `{"user_id":"2","user_info":{"name":"Bob"}}`).dataInto(t, &p)
+	ts.subscribePresence(b1, room, `{"user_id":"2","user_info":{"name":"Bob"}}`).DataInto(t, &p)
 	if p.Presence.Count != 2 || len(p.Presence.Hash) != 2 || string(p.Presence.Hash["1"]) != infoA {
 		t.Errorf("second member's view: %+v", p)
 	}
@@ -92,33 +92,33 @@ func TestPresenceMembership(t *testing.T) {
 		UserID   string          `json:"user_id"`
 		UserInfo json.RawMessage `json:"user_info"`
 	}
-	a.waitEvent("pusher_internal:member_added", room).dataInto(t, &added)
+	a.WaitEvent("pusher_internal:member_added", room).DataInto(t, &added)
 	if added.UserID != "2" || string(added.UserInfo) != `{"name":"Bob"}` {
 		t.Errorf("member_added %+v", added)
 	}
-	b1.expectNone("pusher_internal:member_added", "") // never to the joiner itself
+	b1.ExpectNone("pusher_internal:member_added", "") // never to the joiner itself
 
 	// Same user on a second socket: no second member_added, members de-duplicated.
 	b2 := ts.connect(t)
-	ts.subscribePresence(b2, room, `{"user_id":"2","user_info":{"name":"Bob"}}`).dataInto(t, &p)
+	ts.subscribePresence(b2, room, `{"user_id":"2","user_info":{"name":"Bob"}}`).DataInto(t, &p)
 	if p.Presence.Count != 2 || len(p.Presence.IDs) != 2 {
 		t.Errorf("duplicate user counted: %+v", p)
 	}
-	a.expectNone("pusher_internal:member_added", "")
+	a.ExpectNone("pusher_internal:member_added", "")
 
 	// One of B's sockets leaves: B is still there.
-	_ = b1.ws.Close()
+	_ = b1.WS.Close()
 	testutil.WaitFor(t, "b1 gone", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, room) == 2 })
-	a.expectNone("pusher_internal:member_removed", "")
+	a.ExpectNone("pusher_internal:member_removed", "")
 
 	// The last one leaves (by unsubscribing): member_removed once.
-	b2.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"` + room + `"}}`)
+	b2.SendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"` + room + `"}}`)
 	var removed map[string]any
-	a.waitEvent("pusher_internal:member_removed", room).dataInto(t, &removed)
+	a.WaitEvent("pusher_internal:member_removed", room).DataInto(t, &removed)
 	if removed["user_id"] != "2" || len(removed) != 1 {
 		t.Errorf("member_removed %v", removed)
 	}
-	a.expectNone("pusher_internal:member_removed", "")
+	a.ExpectNone("pusher_internal:member_removed", "")
 	if ids := memberIDs(t, ts.s, room); !slices.Equal(ids, []string{"1"}) {
 		t.Errorf("members after leave: %v", ids)
 	}
@@ -130,7 +130,7 @@ func TestPresenceNumericUserID(t *testing.T) {
 	ts.subscribePresence(a, "presence-foobar", `{"user_id":"watcher"}`)
 	b := ts.connect(t)
 	var p presenceInfo
-	ts.subscribePresence(b, "presence-foobar", `{"user_id":10,"user_info":{"name":"Mr. Channels"}}`).dataInto(t, &p)
+	ts.subscribePresence(b, "presence-foobar", `{"user_id":10,"user_info":{"name":"Mr. Channels"}}`).DataInto(t, &p)
 	if p.Presence.Count != 2 || string(p.Presence.Hash["10"]) != `{"name":"Mr. Channels"}` {
 		t.Errorf("numeric id view: %+v", p)
 	}
@@ -138,15 +138,15 @@ func TestPresenceNumericUserID(t *testing.T) {
 		t.Errorf("missing user_info should be {}: %s", p.Presence.Hash["watcher"])
 	}
 	var added map[string]any
-	a.waitEvent("pusher_internal:member_added", "presence-foobar").dataInto(t, &added)
+	a.WaitEvent("pusher_internal:member_added", "presence-foobar").DataInto(t, &added)
 	if added["user_id"] != "10" {
 		t.Errorf("member_added user_id %#v, want \"10\"", added["user_id"])
 	}
 	// An empty channel's first member still gets hash as an object.
 	c := ts.connect(t)
 	ev := ts.subscribePresence(c, "presence-empty", `{"user_id":"solo"}`)
-	if want := `{"presence":{"count":1,"ids":["solo"],"hash":{"solo":{}}}}`; ev.dataString(t) != want {
-		t.Errorf("solo view %s, want %s", ev.dataString(t), want)
+	if want := `{"presence":{"count":1,"ids":["solo"],"hash":{"solo":{}}}}`; ev.DataString(t) != want {
+		t.Errorf("solo view %s, want %s", ev.DataString(t), want)
 	}
 }
 
@@ -172,25 +172,25 @@ func TestPresenceRejected(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ts.connect(t)
-			sig := presenceAuth(testKey, testSecret, c.socketID, room, tc.channelData)
+			sig := presenceAuth(testKey, testSecret, c.SocketID, room, tc.channelData)
 			if tc.badSig {
-				sig = presenceAuth(testKey, testSecret, c.socketID, room, `{"user_id":"other"}`)
+				sig = presenceAuth(testKey, testSecret, c.SocketID, room, `{"user_id":"other"}`)
 			}
-			c.subscribeMsg(room, sig, tc.channelData)
-			if code, msg := c.waitError(); code != tc.code {
+			c.SubscribeMsg(room, sig, tc.channelData)
+			if code, msg := c.WaitError(); code != tc.code {
 				t.Errorf("code %d (%s), want %d", code, msg, tc.code)
 			}
-			c.expectNone("pusher_internal:subscription_succeeded", "")
-			watcher.expectNone("pusher_internal:member_added", "")
-			c.ping()
+			c.ExpectNone("pusher_internal:subscription_succeeded", "")
+			watcher.ExpectNone("pusher_internal:member_added", "")
+			c.Ping()
 		})
 	}
 	t.Run("over max_presence_members", func(t *testing.T) {
 		c2 := ts.connect(t)
 		ts.subscribePresence(c2, room, `{"user_id":"second"}`)
 		c3 := ts.connect(t)
-		c3.subscribeMsg(room, presenceAuth(testKey, testSecret, c3.socketID, room, `{"user_id":"third"}`), `{"user_id":"third"}`)
-		if code, _ := c3.waitError(); code != 4100 {
+		c3.SubscribeMsg(room, presenceAuth(testKey, testSecret, c3.SocketID, room, `{"user_id":"third"}`), `{"user_id":"third"}`)
+		if code, _ := c3.WaitError(); code != 4100 {
 			t.Errorf("code %d, want 4100", code)
 		}
 		// An existing member may still add a socket.
@@ -208,9 +208,9 @@ func TestPresenceResubscribeAsOtherUser(t *testing.T) {
 	ts.subscribePresence(watcher, room, `{"user_id":"w"}`)
 	c := ts.connect(t)
 	ts.subscribePresence(c, room, `{"user_id":"old"}`)
-	watcher.waitEvent("pusher_internal:member_added", room)
+	watcher.WaitEvent("pusher_internal:member_added", room)
 	ts.subscribePresence(c, room, `{"user_id":"new"}`)
-	_ = c.ws.Close()
+	_ = c.WS.Close()
 	testutil.WaitFor(t, "socket left", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, room) == 1 })
 	if ids := memberIDs(t, ts.s, room); !slices.Equal(ids, []string{"w"}) {
 		t.Errorf("members after the socket left: %v", ids)
@@ -251,7 +251,7 @@ func TestPresenceConcurrentJoinIsNotMissed(t *testing.T) {
 			// plays b's join as another node would: store join, then member_added published.
 			store.hook = func() {
 				ctx := context.Background()
-				if _, err := store.PresenceStore.Join(ctx, testAppID, room, b.socketID, channels.Member{UserID: "b", Info: []byte(`{}`)}); err != nil {
+				if _, err := store.PresenceStore.Join(ctx, testAppID, room, b.SocketID, channels.Member{UserID: "b", Info: []byte(`{}`)}); err != nil {
 					t.Error(err)
 				}
 				frame := EventFrame("pusher_internal:member_added", room, `{"user_id":"b","user_info":{}}`)
@@ -263,14 +263,14 @@ func TestPresenceConcurrentJoinIsNotMissed(t *testing.T) {
 			store.calls.Store(0)
 			store.n.Store(call)
 			var p presenceInfo
-			ts.subscribePresence(a, room, `{"user_id":"a"}`).dataInto(t, &p)
+			ts.subscribePresence(a, room, `{"user_id":"a"}`).DataInto(t, &p)
 			<-joined
 			if _, ok := p.Presence.Hash["b"]; ok {
 				return
 			}
-			ev := a.waitEvent("pusher_internal:member_added", room)
+			ev := a.WaitEvent("pusher_internal:member_added", room)
 			var added map[string]any
-			ev.dataInto(t, &added)
+			ev.DataInto(t, &added)
 			if added["user_id"] != "b" {
 				t.Errorf("member_added %v", added)
 			}

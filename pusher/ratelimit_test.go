@@ -60,34 +60,34 @@ func TestReverbRateLimiting(t *testing.T) {
 				clock.Advance(s.advance)
 				switch s.send {
 				case "ping":
-					c.sendRaw(`{"event":"pusher:ping","data":{}}`)
+					c.SendRaw(`{"event":"pusher:ping","data":{}}`)
 				case "bad":
-					c.sendRaw(`not json`)
+					c.SendRaw(`not json`)
 				case "control":
-					if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(waitTimeout)); err != nil {
+					if err := c.WS.WriteControl(websocket.PingMessage, nil, time.Now().Add(waitTimeout)); err != nil {
 						t.Fatal(err)
 					}
 				}
 				switch s.want {
 				case "pong":
-					if ev := c.next(); ev.Event != "pusher:pong" {
-						t.Fatalf("step %d: got %s, want a pong", i, ev.raw)
+					if ev := c.Next(); ev.Event != "pusher:pong" {
+						t.Fatalf("step %d: got %s, want a pong", i, ev.Raw)
 					}
 				case "4301", "4200":
-					ev := c.next()
+					ev := c.Next()
 					var d errorData
 					if ev.Event == "pusher:error" {
-						ev.dataInto(t, &d)
+						ev.DataInto(t, &d)
 					}
-					want := map[string]errorData{"4301": {4301, "Rate limit exceeded"}, "4200": {4200, "Invalid message format"}}[s.want]
+					want := map[string]errorData{"4301": {Code: 4301, Message: "Rate limit exceeded"}, "4200": {Code: 4200, Message: "Invalid message format"}}[s.want]
 					if d != want {
-						t.Fatalf("step %d: got %s, want %+v", i, ev.raw, want)
+						t.Fatalf("step %d: got %s, want %+v", i, ev.Raw, want)
 					}
 				case "end":
-					if ev, ok := c.tryNext(waitTimeout); ok {
-						t.Fatalf("step %d: got %s before the end", i, ev.raw)
+					if ev, ok := c.TryNext(waitTimeout); ok {
+						t.Fatalf("step %d: got %s before the end", i, ev.Raw)
 					}
-					if code := c.waitClose(); code != websocket.CloseAbnormalClosure {
+					if code := c.WaitClose(); code != websocket.CloseAbnormalClosure {
 						t.Fatalf("step %d: close code %d, want 1006 (no close frame)", i, code)
 					}
 				}
@@ -95,7 +95,7 @@ func TestReverbRateLimiting(t *testing.T) {
 			if last := tt.steps[len(tt.steps)-1].want; last != "end" {
 				// Still open: once the window has passed, messages are handled again.
 				clock.Advance(time.Duration(tt.rl.DecaySeconds) * time.Second)
-				c.ping()
+				c.Ping()
 			}
 		})
 	}
@@ -107,9 +107,9 @@ func TestReverbRateLimitCounted(t *testing.T) {
 		a.RateLimiting = config.RateLimiting{Enabled: true, MaxAttempts: 1, DecaySeconds: 60, TerminateOnLimit: true}
 	}))
 	c := ts.connect(t)
-	c.ping()
-	c.sendRaw(`{"event":"pusher:ping","data":{}}`)
-	c.waitClose()
+	c.Ping()
+	c.SendRaw(`{"event":"pusher:ping","data":{}}`)
+	c.WaitClose()
 	st := &ts.s.appByID(testAppID).stats
 	testutil.WaitFor(t, "rate_limited close counted", func() bool { return st.closed[CloseRateLimited].Load() == 1 })
 	if n := st.messagesLimited.Load(); n != 1 {
@@ -130,23 +130,23 @@ func TestReverbRateLimitBeforeClientEventLimit(t *testing.T) {
 	ts.subscribePrivate(a, "private-both")
 	ts.subscribePrivate(b, "private-both")
 	clock.Advance(time.Minute)
-	ev := func(n string) { a.send(map[string]any{"event": "client-" + n, "channel": "private-both", "data": n}) }
+	ev := func(n string) { a.Send(map[string]any{"event": "client-" + n, "channel": "private-both", "data": n}) }
 	ev("1")
 	ev("2")
 	ev("3") // third client event this second: client_event_rate_limit
-	if code, msg := a.waitError(); code != 4301 || msg != "Client event rate limit exceeded" {
+	if code, msg := a.WaitError(); code != 4301 || msg != "Client event rate limit exceeded" {
 		t.Fatalf("got %d %q", code, msg)
 	}
 	clock.Advance(time.Second)
 	ev("4") // the fourth attempt in Reverb's window: allowed by both
-	b.waitEvent("client-1", "")
-	b.waitEvent("client-2", "")
-	b.waitEvent("client-4", "")
+	b.WaitEvent("client-1", "")
+	b.WaitEvent("client-2", "")
+	b.WaitEvent("client-4", "")
 	ev("5") // the fifth: Reverb's limit
-	if code, msg := a.waitError(); code != 4301 || msg != "Rate limit exceeded" {
+	if code, msg := a.WaitError(); code != 4301 || msg != "Rate limit exceeded" {
 		t.Fatalf("got %d %q", code, msg)
 	}
-	b.expectNone("client-5", "")
+	b.ExpectNone("client-5", "")
 }
 
 // TestReverbRateLimitAllocs: counting a message against rate_limiting allocates nothing: a

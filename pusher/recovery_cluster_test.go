@@ -57,22 +57,22 @@ func TestRecoveryClusterResume(t *testing.T) {
 				nodes := recoveryNodes(t, be, 2, 100, routing)
 				a, b := nodes[0], nodes[1]
 				c := a.connect(t)
-				ok := c.subscribe("orders")
+				ok := c.Subscribe("orders")
 				pos := positionOf(t, ok)
 				if pos.Serial == nil || *pos.Serial != 0 || pos.Epoch == "" {
-					t.Fatalf("subscription_succeeded = %s", ok.raw)
+					t.Fatalf("subscription_succeeded = %s", ok.Raw)
 				}
 				live := map[uint64]string{}
 				for i := 1; i <= 6; i++ {
 					nodes[i%2].apiPublish(t, "orders", "e", strconv.Itoa(i), "")
-					ev := c.waitEvent("e", "orders")
-					if s := positionOf(t, ev).Serial; s == nil || *s != uint64(i) || ev.dataString(t) != strconv.Itoa(i) {
-						t.Fatalf("live %d = %s", i, ev.raw)
+					ev := c.WaitEvent("e", "orders")
+					if s := positionOf(t, ev).Serial; s == nil || *s != uint64(i) || ev.DataString(t) != strconv.Itoa(i) {
+						t.Fatalf("live %d = %s", i, ev.Raw)
 					}
-					live[uint64(i)] = string(ev.raw)
+					live[uint64(i)] = string(ev.Raw)
 				}
-				old := c.socketID
-				_ = c.ws.Close()
+				old := c.SocketID
+				_ = c.WS.Close()
 				for i := 7; i <= 10; i++ { // missed; 9 is the old socket's own (toOthers())
 					except := ""
 					if i == 9 {
@@ -81,10 +81,10 @@ func TestRecoveryClusterResume(t *testing.T) {
 					nodes[i%2].apiPublish(t, "orders", "e", strconv.Itoa(i), except)
 				}
 				r := b.connect(t)
-				r.subscribeResume("orders", map[string]any{"epoch": pos.Epoch, "serial": 4, "socket_id": old})
-				ok = r.waitEvent("pusher_internal:subscription_succeeded", "orders")
+				subscribeResume(r, "orders", map[string]any{"epoch": pos.Epoch, "serial": 4, "socket_id": old})
+				ok = r.WaitEvent("pusher_internal:subscription_succeeded", "orders")
 				if p := positionOf(t, ok); p.Serial == nil || *p.Serial < 4 || p.Epoch != pos.Epoch {
-					t.Fatalf("resumed at %s, want epoch %s", ok.raw, pos.Epoch)
+					t.Fatalf("resumed at %s, want epoch %s", ok.Raw, pos.Epoch)
 				}
 				// The publishes of 7..10 are queued for Redis by two nodes' writers: their serials
 				// follow Redis's order, and some may land after the position and come live.
@@ -92,15 +92,15 @@ func TestRecoveryClusterResume(t *testing.T) {
 				// in serial order.
 				last, got := uint64(4), map[string]bool{}
 				for range 5 {
-					ev := r.next()
+					ev := r.Next()
 					s := positionOf(t, ev).Serial
-					if ev.Event != "e" || s == nil || *s <= last || got[ev.dataString(t)] {
-						t.Fatalf("after serial %d got %s", last, ev.raw)
+					if ev.Event != "e" || s == nil || *s <= last || got[ev.DataString(t)] {
+						t.Fatalf("after serial %d got %s", last, ev.Raw)
 					}
-					if f, seen := live[*s]; seen && f != string(ev.raw) {
-						t.Fatalf("replayed %s, live it was %s", ev.raw, f)
+					if f, seen := live[*s]; seen && f != string(ev.Raw) {
+						t.Fatalf("replayed %s, live it was %s", ev.Raw, f)
 					}
-					last, got[ev.dataString(t)] = *s, true
+					last, got[ev.DataString(t)] = *s, true
 				}
 				for _, d := range []string{"5", "6", "7", "8", "10"} {
 					if !got[d] {
@@ -108,10 +108,10 @@ func TestRecoveryClusterResume(t *testing.T) {
 					}
 				}
 				a.apiPublish(t, "orders", "live", "x", "")
-				if ev := r.next(); ev.Event != "live" || *positionOf(t, ev).Serial != 11 {
-					t.Fatalf("after the resume got %s, want the live event 11", ev.raw)
+				if ev := r.Next(); ev.Event != "live" || *positionOf(t, ev).Serial != 11 {
+					t.Fatalf("after the resume got %s, want the live event 11", ev.Raw)
 				}
-				r.expectNone("", "orders")
+				r.ExpectNone("", "orders")
 			})
 		}
 	}
@@ -126,7 +126,7 @@ func TestRecoveryClusterNoGapOnRace(t *testing.T) {
 			nodes := recoveryNodes(t, be, 2, 1000, cluster.RoutingInterest)
 			a, b := nodes[0], nodes[1]
 			c0 := b.connect(t)
-			epoch := positionOf(t, c0.subscribe("orders")).Epoch
+			epoch := positionOf(t, c0.Subscribe("orders")).Epoch
 			const total = 300
 			done := make(chan struct{})
 			go func() {
@@ -138,20 +138,20 @@ func TestRecoveryClusterNoGapOnRace(t *testing.T) {
 			var clients []*client
 			for range 8 {
 				c := a.connect(t)
-				c.subscribeResume("orders", map[string]any{"epoch": epoch, "serial": 0})
+				subscribeResume(c, "orders", map[string]any{"epoch": epoch, "serial": 0})
 				clients = append(clients, c)
 				time.Sleep(2 * time.Millisecond) // spread the joins over the publishes
 			}
 			<-done
 			for i, c := range clients {
-				c.waitEvent("pusher_internal:subscription_succeeded", "orders")
+				c.WaitEvent("pusher_internal:subscription_succeeded", "orders")
 				for want := uint64(1); want <= total; want++ {
-					ev := c.next()
+					ev := c.Next()
 					if p := positionOf(t, ev); ev.Event != "e" || p.Serial == nil || *p.Serial != want {
-						t.Fatalf("client %d: got %s, want serial %d", i, ev.raw, want)
+						t.Fatalf("client %d: got %s, want serial %d", i, ev.Raw, want)
 					}
 				}
-				c.expectNone("e", "orders")
+				c.ExpectNone("e", "orders")
 			}
 		})
 	}

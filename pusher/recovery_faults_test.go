@@ -59,9 +59,9 @@ func TestPublishDuringARedisOutage(t *testing.T) {
 		t.Run(ch, func(t *testing.T) {
 			ts, stop, cont := stallableNode(t, 0.3)
 			c := ts.connect(t)
-			c.subscribe(ch)
+			c.Subscribe(ch)
 			ts.apiPublish(t, ch, "before", "1", "")
-			c.waitEvent("before", ch)
+			c.WaitEvent("before", ch)
 			stop()
 			start := time.Now()
 			m := ts.s.EventMessage(ts.app.ID, ch, "dark", "2", "")
@@ -75,10 +75,10 @@ func TestPublishDuringARedisOutage(t *testing.T) {
 			}
 			cont()
 			ts.apiPublish(t, ch, "after", "3", "")
-			if ev := c.waitEvent("after", ch); ev.Event != "after" {
-				t.Fatalf("got %s", ev.raw)
+			if ev := c.WaitEvent("after", ch); ev.Event != "after" {
+				t.Fatalf("got %s", ev.Raw)
 			}
-			c.expectNone("dark", ch)
+			c.ExpectNone("dark", ch)
 		})
 	}
 }
@@ -93,11 +93,11 @@ func TestRecoverySubscribeRefusedWhileRedisStalls(t *testing.T) {
 	defer cont()
 	c := ts.connect(t)
 	stop()
-	c.subscribeMsg("orders", "", "")
-	if code, _ := c.waitError(); code != 4100 {
+	c.SubscribeMsg("orders", "", "")
+	if code, _ := c.WaitError(); code != 4100 {
 		t.Fatalf("recovery subscribe while Redis stalls: code %d, want 4100", code)
 	}
-	if ts.s.reg.IsSubscribed(ts.app.ID, "orders", c.socketID) {
+	if ts.s.reg.IsSubscribed(ts.app.ID, "orders", c.SocketID) {
 		t.Fatal("the refused subscription is still registered")
 	}
 	cont()
@@ -105,16 +105,16 @@ func TestRecoverySubscribeRefusedWhileRedisStalls(t *testing.T) {
 	// does on 4100) until it is answered with a position.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c.subscribeMsg("orders", "", "")
-		ev := c.next()
+		c.SubscribeMsg("orders", "", "")
+		ev := c.Next()
 		if ev.Event == "pusher_internal:subscription_succeeded" {
 			if p := positionOf(t, ev); p.Serial == nil || p.Epoch == "" {
-				t.Fatalf("after Redis is back: %s", ev.raw)
+				t.Fatalf("after Redis is back: %s", ev.Raw)
 			}
 			return
 		}
-		if ev.Event != "pusher:error" || ev.errorCode(t) != 4100 || time.Now().After(deadline) {
-			t.Fatalf("after Redis is back: %s", ev.raw)
+		if ev.Event != "pusher:error" || ev.ErrorCode(t) != 4100 || time.Now().After(deadline) {
+			t.Fatalf("after Redis is back: %s", ev.Raw)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -130,28 +130,28 @@ func TestRecoveryTTLExpiryToldOnOneNode(t *testing.T) {
 		a.Recovery = config.Recovery{Enabled: true, HistorySize: 10, HistoryTTL: 1, Channels: []string{"*"}}
 	}))
 	c := ts.connect(t)
-	old := positionOf(t, c.subscribe("orders")).Epoch
+	old := positionOf(t, c.Subscribe("orders")).Epoch
 	ts.apiPublish(t, "orders", "e", "old", "")
-	if ev := c.waitEvent("e", "orders"); *positionOf(t, ev).Serial != 1 {
-		t.Fatalf("got %s", ev.raw)
+	if ev := c.WaitEvent("e", "orders"); *positionOf(t, ev).Serial != 1 {
+		t.Fatalf("got %s", ev.Raw)
 	}
 	time.Sleep(1100 * time.Millisecond) // past history_ttl: the history expires
 	ts.apiPublish(t, "orders", "e", "new", "")
-	told := c.next()
+	told := c.Next()
 	var d struct {
 		Reason string `json:"reason"`
 		Epoch  string `json:"epoch"`
 		Serial uint64 `json:"serial"`
 	}
 	if told.Event != "pusher:resume_failed" {
-		t.Fatalf("got %s, want resume_failed first", told.raw)
+		t.Fatalf("got %s, want resume_failed first", told.Raw)
 	}
-	told.dataInto(t, &d)
+	told.DataInto(t, &d)
 	if d.Reason != "epoch_changed" || d.Epoch == old || d.Epoch == "" || d.Serial != 0 {
-		t.Fatalf("told %s", told.raw)
+		t.Fatalf("told %s", told.Raw)
 	}
-	if ev := c.next(); ev.Event != "e" || *positionOf(t, ev).Serial != 1 || ev.dataString(t) != "new" {
-		t.Fatalf("after the told frame got %s", ev.raw)
+	if ev := c.Next(); ev.Event != "e" || *positionOf(t, ev).Serial != 1 || ev.DataString(t) != "new" {
+		t.Fatalf("after the told frame got %s", ev.Raw)
 	}
 }
 
@@ -162,23 +162,23 @@ func TestRecoveryTTLExpiryToldOnOneNode(t *testing.T) {
 func TestRecoveryResumeIntoANewEpochReplaysIt(t *testing.T) {
 	ts := newServer(t, withRecovery(100, "*"))
 	w := ts.connect(t)
-	epoch := positionOf(t, w.subscribe("orders")).Epoch
+	epoch := positionOf(t, w.Subscribe("orders")).Epoch
 	for i := 1; i <= 3; i++ {
 		ts.apiPublish(t, "orders", "e", strconv.Itoa(i), "")
 	}
 	c := ts.connect(t)
-	c.subscribeResume("orders", map[string]any{"epoch": "an-old-epoch", "serial": 7})
-	ok := c.waitEvent("pusher_internal:subscription_succeeded", "orders")
+	subscribeResume(c, "orders", map[string]any{"epoch": "an-old-epoch", "serial": 7})
+	ok := c.WaitEvent("pusher_internal:subscription_succeeded", "orders")
 	if p := positionOf(t, ok); *p.Serial != 3 || p.Epoch != epoch {
-		t.Fatalf("answered %s", ok.raw)
+		t.Fatalf("answered %s", ok.Raw)
 	}
 	want := `{"event":"pusher:resume_failed","channel":"orders","data":"{\"reason\":\"epoch_changed\",\"epoch\":\"` + epoch + `\",\"serial\":0}"}`
-	if ev := c.next(); string(ev.raw) != want {
-		t.Fatalf("got %s, want %s", ev.raw, want)
+	if ev := c.Next(); string(ev.Raw) != want {
+		t.Fatalf("got %s, want %s", ev.Raw, want)
 	}
 	for i := 1; i <= 3; i++ {
-		if ev := c.next(); ev.Event != "e" || *positionOf(t, ev).Serial != uint64(i) {
-			t.Fatalf("replay %d: %s", i, ev.raw)
+		if ev := c.Next(); ev.Event != "e" || *positionOf(t, ev).Serial != uint64(i) {
+			t.Fatalf("replay %d: %s", i, ev.Raw)
 		}
 	}
 }

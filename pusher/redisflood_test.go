@@ -43,8 +43,8 @@ func TestSubscribeFloodWithRedisFrozen(t *testing.T) {
 	ts := newServer(t, withOptions(func(o *Options) { o.Registry = reg }))
 
 	c := ts.connect(t)
-	c.subscribe("cache-have")
-	c.waitEvent("pusher:cache_miss", "cache-have") // the replay reached Redis before the freeze
+	c.Subscribe("cache-have")
+	c.WaitEvent("pusher:cache_miss", "cache-have") // the replay reached Redis before the freeze
 
 	if err := proc.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -56,32 +56,32 @@ func TestSubscribeFloodWithRedisFrozen(t *testing.T) {
 
 	// 2,000 repeats: each answered at once, no replay, no goroutine.
 	const repeats = 2000
-	c.countOnly.Store(true)
-	before := c.count.Load()
+	c.CountOnly.Store(true)
+	before := c.Count.Load()
 	for i := range repeats {
-		c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]any{"channel": "cache-have"}})
+		c.Send(map[string]any{"event": "pusher:subscribe", "data": map[string]any{"channel": "cache-have"}})
 		if i%100 == 0 {
 			sample()
 		}
 	}
 	testutil.WaitFor(t, "every repeat answered while Redis is frozen", func() bool {
 		sample()
-		return c.count.Load() >= before+repeats
+		return c.Count.Load() >= before+repeats
 	})
-	if got := c.count.Load() - before; got != repeats {
+	if got := c.Count.Load() - before; got != repeats {
 		t.Errorf("%d frames for %d repeated subscribes, want one subscription_succeeded each (no replay)", got, repeats)
 	}
 
 	// 1,000 new cache channels: one task goroutine; 64 wait, the rest are refused (4100).
 	const fresh = 1000
-	before = c.count.Load()
+	before = c.Count.Load()
 	for i := range fresh {
-		c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]any{"channel": "cache-flood-" + strconv.Itoa(i)}})
+		c.Send(map[string]any{"event": "pusher:subscribe", "data": map[string]any{"channel": "cache-flood-" + strconv.Itoa(i)}})
 		if i%50 == 0 {
 			sample()
 		}
 	}
-	testutil.WaitFor(t, "the refusals", func() bool { sample(); return c.count.Load() >= before+fresh-maxConnTasks-1 })
+	testutil.WaitFor(t, "the refusals", func() bool { sample(); return c.Count.Load() >= before+fresh-maxConnTasks-1 })
 	for range 20 { // the flood's effect, a moment later
 		sample()
 		time.Sleep(10 * time.Millisecond)
@@ -99,6 +99,6 @@ func TestSubscribeFloodWithRedisFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the task queue drained", func() bool { return ts.s.pendingTasks.Load() == 0 })
-	c.countOnly.Store(false)
-	c.ping()
+	c.CountOnly.Store(false)
+	c.Ping()
 }

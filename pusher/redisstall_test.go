@@ -114,12 +114,12 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 		t.FailNow()
 	}
 	for _, c := range clients {
-		ev := c.waitEvent("pusher:connection_established", "")
+		ev := c.WaitEvent("pusher:connection_established", "")
 		var d struct {
 			SocketID string `json:"socket_id"`
 		}
-		ev.dataInto(t, &d)
-		c.socketID = d.SocketID
+		ev.DataInto(t, &d)
+		c.SocketID = d.SocketID
 	}
 	testutil.WaitFor(t, "every socket registered", func() bool { return ts.s.ConnectionCount(testAppID) == sockets })
 	// A room for client events: one sender, 50 receivers; everyone on a public channel.
@@ -137,21 +137,21 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 			for k := range 20 {
 				c := clients[100+(r*20+k)%800]
 				start := time.Now()
-				c.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
-				c.waitEvent("pusher:pong", "")
+				c.Send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
+				c.WaitEvent("pusher:pong", "")
 				pings.samples = append(pings.samples, time.Since(start))
 				ch := fmt.Sprintf("pub-%s-%d-%d", label, r, k)
 				start = time.Now()
-				c.subscribe(ch)
+				c.Subscribe(ch)
 				subs.samples = append(subs.samples, time.Since(start))
 			}
 			start := time.Now()
 			tag := fmt.Sprintf("%s-%d", label, r)
-			sender.send(map[string]any{"event": "client-tick", "channel": "private-room", "data": tag})
+			sender.Send(map[string]any{"event": "client-tick", "channel": "private-room", "data": tag})
 			for _, rc := range receivers {
 				for {
-					ev := rc.waitEvent("client-tick", "private-room")
-					if ev.dataString(t) == tag {
+					ev := rc.WaitEvent("client-tick", "private-room")
+					if ev.DataString(t) == tag {
 						break
 					}
 				}
@@ -173,10 +173,10 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 		go func() {
 			ch := fmt.Sprintf("presence-stall-%d", k)
 			cd := fmt.Sprintf(`{"user_id":"u%d"}`, k)
-			c.subscribeMsg(ch, presenceAuth(ts.app.Key, ts.app.Secret, c.socketID, ch, cd), cd)
+			c.SubscribeMsg(ch, presenceAuth(ts.app.Key, ts.app.Secret, c.SocketID, ch, cd), cd)
 			deadline := time.Now().Add(15 * time.Second)
 			for time.Now().Before(deadline) {
-				ev, ok := c.tryNext(time.Until(deadline))
+				ev, ok := c.TryNext(time.Until(deadline))
 				if !ok {
 					break
 				}
@@ -194,9 +194,9 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 	go func() {
 		c := clients[950]
 		ch := "private-toolmark.stall"
-		c.subscribeMsg(ch, privateAuth(ts.app.Key, ts.app.Secret, c.socketID, ch), "")
+		c.SubscribeMsg(ch, privateAuth(ts.app.Key, ts.app.Secret, c.SocketID, ch), "")
 		for {
-			ev, ok := c.tryNext(15 * time.Second)
+			ev, ok := c.TryNext(15 * time.Second)
 			if !ok {
 				indexed <- "no answer"
 				return
@@ -239,14 +239,14 @@ func TestRedisStallDoesNotStallPollers(t *testing.T) {
 		c := clients[998]
 		ch := "presence-after-" + uuid.NewString()[:8]
 		cd := `{"user_id":"after"}`
-		c.subscribeMsg(ch, presenceAuth(ts.app.Key, ts.app.Secret, c.socketID, ch, cd), cd)
+		c.SubscribeMsg(ch, presenceAuth(ts.app.Key, ts.app.Secret, c.SocketID, ch, cd), cd)
 		for {
-			ev, ok := c.tryNext(3 * time.Second)
+			ev, ok := c.TryNext(3 * time.Second)
 			if !ok || ev.Event == "pusher:error" {
 				return false
 			}
 			if ev.Event == "pusher_internal:subscription_succeeded" && ev.Channel == ch {
-				return strings.Contains(string(ev.raw), `after`)
+				return strings.Contains(string(ev.Raw), `after`)
 			}
 		}
 	})

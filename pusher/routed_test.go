@@ -79,11 +79,11 @@ func TestSubscribeAnsweredAfterRoutingConfirmed(t *testing.T) {
 		name, channel string
 		subscribe     func(c *client, ch string)
 	}{
-		{"public", "news", func(c *client, ch string) { c.subscribeMsg(ch, "", "") }},
-		{"cache", "cache-news", func(c *client, ch string) { c.subscribeMsg(ch, "", "") }},
+		{"public", "news", func(c *client, ch string) { c.SubscribeMsg(ch, "", "") }},
+		{"cache", "cache-news", func(c *client, ch string) { c.SubscribeMsg(ch, "", "") }},
 		{"presence", "presence-room", func(c *client, ch string) {
 			cd := `{"user_id":"u1"}`
-			c.subscribeMsg(ch, presenceAuth(ts.app.Key, ts.app.Secret, c.socketID, ch, cd), cd)
+			c.SubscribeMsg(ch, presenceAuth(ts.app.Key, ts.app.Secret, c.SocketID, ch, cd), cd)
 		}},
 	}
 	for _, tc := range cases {
@@ -99,22 +99,22 @@ func TestSubscribeAnsweredAfterRoutingConfirmed(t *testing.T) {
 			}
 			// Another socket is served meanwhile (no poller waits for the confirmation).
 			other := ts.connect(t)
-			other.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
-			other.waitEvent("pusher:pong", "")
+			other.Send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
+			other.WaitEvent("pusher:pong", "")
 			// This socket's own output waits in its barrier, its ping's pong included.
-			c.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
-			if ev, ok := c.tryNext(300 * time.Millisecond); ok {
+			c.Send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
+			if ev, ok := c.TryNext(300 * time.Millisecond); ok {
 				t.Fatalf("answered before the routing was confirmed: %s", ev.Event)
 			}
 			g.confirm(tc.channel)
-			if ev, ok := c.tryNext(2 * time.Second); !ok || ev.Event != "pusher_internal:subscription_succeeded" {
+			if ev, ok := c.TryNext(2 * time.Second); !ok || ev.Event != "pusher_internal:subscription_succeeded" {
 				t.Fatalf("after the confirmation: got %q (%v), want subscription_succeeded first", ev.Event, ok)
 			}
-			c.waitEvent("pusher:pong", "")
+			c.WaitEvent("pusher:pong", "")
 			// Routed now: a second socket's subscribe is answered at once.
 			c2 := ts.connect(t)
 			tc.subscribe(c2, tc.channel)
-			c2.waitEvent("pusher_internal:subscription_succeeded", tc.channel)
+			c2.WaitEvent("pusher_internal:subscription_succeeded", tc.channel)
 			if g.wants(tc.channel) != 1 {
 				t.Fatalf("router told of %d first subscribers, want 1", g.wants(tc.channel))
 			}

@@ -18,17 +18,17 @@ func TestToolmarkSession(t *testing.T) {
 	const ch = "private-toolmark.u1.c1"
 	tokenOf := func(c *client) string {
 		t.Helper()
-		c.subscribeMsg(ch, privateAuth(ts.app.Key, ts.app.Secret, c.socketID, ch), "")
-		first := c.next()
+		c.SubscribeMsg(ch, privateAuth(ts.app.Key, ts.app.Secret, c.SocketID, ch), "")
+		first := c.Next()
 		if first.Event != ToolmarkSessionEvent || first.Channel != ch {
-			t.Fatalf("first frame after subscribe: %s", first.raw)
+			t.Fatalf("first frame after subscribe: %s", first.Raw)
 		}
 		var d struct{ Token string }
-		if err := json.Unmarshal([]byte(first.dataString(t)), &d); err != nil || len(d.Token) < 22 {
-			t.Fatalf("session data %s: %v", first.raw, err)
+		if err := json.Unmarshal([]byte(first.DataString(t)), &d); err != nil || len(d.Token) < 22 {
+			t.Fatalf("session data %s: %v", first.Raw, err)
 		}
-		if next := c.next(); next.Event != "pusher_internal:subscription_succeeded" || next.Channel != ch {
-			t.Fatalf("after the session: %s", next.raw)
+		if next := c.Next(); next.Event != "pusher_internal:subscription_succeeded" || next.Channel != ch {
+			t.Fatalf("after the session: %s", next.Raw)
 		}
 		return d.Token
 	}
@@ -38,16 +38,16 @@ func TestToolmarkSession(t *testing.T) {
 	if ta == tb {
 		t.Fatal("two sockets got the same token")
 	}
-	a.expectNone(ToolmarkSessionEvent, "") // b's token never reaches a
-	app, subs, ok := ts.s.Subscriptions(a.socketID)
+	a.ExpectNone(ToolmarkSessionEvent, "") // b's token never reaches a
+	app, subs, ok := ts.s.Subscriptions(a.SocketID)
 	if !ok || app != testAppID || subs[ch] != TokenHash(ta) {
 		t.Fatalf("Subscriptions(a) = %q %v %v", app, subs, ok)
 	}
 	if again := tokenOf(a); again != ta {
 		t.Fatal("a repeated subscribe changed the token")
 	}
-	a.send(map[string]any{"event": "pusher:unsubscribe", "data": map[string]any{"channel": ch}})
-	testutil.WaitFor(t, "unsubscribed", func() bool { _, subs, _ := ts.s.Subscriptions(a.socketID); _, in := subs[ch]; return !in })
+	a.Send(map[string]any{"event": "pusher:unsubscribe", "data": map[string]any{"channel": ch}})
+	testutil.WaitFor(t, "unsubscribed", func() bool { _, subs, _ := ts.s.Subscriptions(a.SocketID); _, in := subs[ch]; return !in })
 	if again := tokenOf(a); again == ta {
 		t.Fatal("a new subscription reused the token of the one that ended")
 	}
@@ -62,17 +62,17 @@ func TestToolmarkSessionOff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ts := newServer(t, withApp(mod))
 			c := ts.connect(t)
-			c.subscribeMsg("private-toolmark.u1.c1", privateAuth(ts.app.Key, ts.app.Secret, c.socketID, "private-toolmark.u1.c1"), "")
-			if ev := c.next(); ev.Event != "pusher_internal:subscription_succeeded" {
-				t.Fatalf("first frame: %s", ev.raw)
+			c.SubscribeMsg("private-toolmark.u1.c1", privateAuth(ts.app.Key, ts.app.Secret, c.SocketID, "private-toolmark.u1.c1"), "")
+			if ev := c.Next(); ev.Event != "pusher_internal:subscription_succeeded" {
+				t.Fatalf("first frame: %s", ev.Raw)
 			}
 		})
 	}
 	ts := newServer(t, withApp(func(a *config.App) { a.Toolmark.Enabled = true }))
 	c := ts.connect(t)
-	c.subscribeMsg("private-other", privateAuth(ts.app.Key, ts.app.Secret, c.socketID, "private-other"), "")
-	if ev := c.next(); ev.Event != "pusher_internal:subscription_succeeded" {
-		t.Fatalf("first frame: %s", ev.raw)
+	c.SubscribeMsg("private-other", privateAuth(ts.app.Key, ts.app.Secret, c.SocketID, "private-other"), "")
+	if ev := c.Next(); ev.Event != "pusher_internal:subscription_succeeded" {
+		t.Fatalf("first frame: %s", ev.Raw)
 	}
 }
 
@@ -94,10 +94,10 @@ func TestSocketConversationAllocs(t *testing.T) {
 	ts := newServer(t, withApp(func(a *config.App) { a.Toolmark.Enabled = true }))
 	a := ts.connect(t)
 	for _, ch := range []string{"private-toolmark.u1.c1", "private-toolmark.u1.c2", "private-toolmark.u2.c2", "private-other"} {
-		a.subscribeMsg(ch, privateAuth(ts.app.Key, ts.app.Secret, a.socketID, ch), "")
-		testutil.WaitFor(t, "subscribed "+ch, func() bool { _, subs, _ := ts.s.Subscriptions(a.socketID); _, in := subs[ch]; return in })
+		a.SubscribeMsg(ch, privateAuth(ts.app.Key, ts.app.Secret, a.SocketID, ch), "")
+		testutil.WaitFor(t, "subscribed "+ch, func() bool { _, subs, _ := ts.s.Subscriptions(a.SocketID); _, in := subs[ch]; return in })
 	}
-	_, subs, _ := ts.s.Subscriptions(a.socketID)
+	_, subs, _ := ts.s.Subscriptions(a.SocketID)
 	for _, tc := range []struct {
 		conv, user, hash string
 		n                int
@@ -106,7 +106,7 @@ func TestSocketConversationAllocs(t *testing.T) {
 		{"c2", "", "", 2}, // two users' channels: the gate refuses it, only the count matters
 		{"c3", "", "", 0},
 	} {
-		app, user, hash, n, ok := ts.s.SocketConversation(a.socketID, tc.conv, parseToolmark)
+		app, user, hash, n, ok := ts.s.SocketConversation(a.SocketID, tc.conv, parseToolmark)
 		if !ok || app != testAppID || n != tc.n || (tc.n == 1 && (user != tc.user || hash != tc.hash || hash == "")) {
 			t.Errorf("SocketConversation(%s) = %q %q %q %d %v", tc.conv, app, user, hash, n, ok)
 		}
@@ -117,8 +117,8 @@ func TestSocketConversationAllocs(t *testing.T) {
 	if testutil.RaceEnabled {
 		return
 	}
-	n := testing.AllocsPerRun(100, func() { _, _, _, _, _ = ts.s.SocketConversation(a.socketID, "c1", parseToolmark) })
-	m := testing.AllocsPerRun(100, func() { _, _, _ = ts.s.Subscriptions(a.socketID) })
+	n := testing.AllocsPerRun(100, func() { _, _, _, _, _ = ts.s.SocketConversation(a.SocketID, "c1", parseToolmark) })
+	m := testing.AllocsPerRun(100, func() { _, _, _ = ts.s.Subscriptions(a.SocketID) })
 	if n != 1 {
 		t.Errorf("SocketConversation: %v allocations, want 1 (the hash); Subscriptions makes %v", n, m)
 	}

@@ -104,7 +104,7 @@ func TestShutdownWaitsForQueuedTasks(t *testing.T) {
 	ts := newServer(t, withOptions(func(o *Options) { o.Registry = reg }))
 	c := ts.connect(t)
 	ch, cd := "presence-x", `{"user_id":"u1"}`
-	c.subscribeMsg(ch, presenceAuth(ts.app.Key, ts.app.Secret, c.socketID, ch, cd), cd)
+	c.SubscribeMsg(ch, presenceAuth(ts.app.Key, ts.app.Secret, c.SocketID, ch, cd), cd)
 	<-store.joining
 
 	shutdownDone := make(chan error, 1)

@@ -40,11 +40,11 @@ func TestMetricsIOUring(t *testing.T) {
 			reg.MustRegister(ts.s.Collector())
 
 			a, b := ts.connect(t), ts.connect(t)
-			a.subscribe("news")
-			b.subscribe("news")
+			a.Subscribe("news")
+			b.Subscribe("news")
 			ts.trigger(t, "news", "hello", "12345")
-			a.waitEvent("hello", "news")
-			b.waitEvent("hello", "news")
+			a.WaitEvent("hello", "news")
+			b.WaitEvent("hello", "news")
 
 			// Each socket's subscription_succeeded and the event: at least 4 socket writes.
 			used, other := "io_uring", "writev"

@@ -15,41 +15,41 @@ func TestSignin(t *testing.T) {
 	var d struct {
 		UserData string `json:"user_data"`
 	}
-	ts.signin(a, userData).dataInto(t, &d)
+	ts.signin(a, userData).DataInto(t, &d)
 	if d.UserData != userData {
 		t.Errorf("signin_success user_data %q, want %q", d.UserData, userData)
 	}
 
 	// Only the signed-in user may subscribe to its server-to-user channel, with no auth.
-	a.subscribe("#server-to-user-u1")
+	a.Subscribe("#server-to-user-u1")
 	ts.trigger(t, "#server-to-user-u1", "notice", `{"hello":"u1"}`)
-	if got := a.waitEvent("notice", "#server-to-user-u1").dataString(t); got != `{"hello":"u1"}` {
+	if got := a.WaitEvent("notice", "#server-to-user-u1").DataString(t); got != `{"hello":"u1"}` {
 		t.Errorf("data %q", got)
 	}
 
 	anon := ts.connect(t)
-	anon.subscribeMsg("#server-to-user-u1", "", "")
-	if code, _ := anon.waitError(); code != 4009 {
+	anon.SubscribeMsg("#server-to-user-u1", "", "")
+	if code, _ := anon.WaitError(); code != 4009 {
 		t.Errorf("anonymous subscribe: %d, want 4009", code)
 	}
 	other := ts.connect(t)
 	ts.signin(other, `{"id":"u2"}`)
-	other.subscribeMsg("#server-to-user-u1", "", "")
-	if code, _ := other.waitError(); code != 4009 {
+	other.SubscribeMsg("#server-to-user-u1", "", "")
+	if code, _ := other.WaitError(); code != 4009 {
 		t.Errorf("other user's subscribe: %d, want 4009", code)
 	}
 	// A channel signature does not open it either.
-	other.subscribeMsg("#server-to-user-u1", privateAuth(testKey, testSecret, other.socketID, "#server-to-user-u1"), "")
-	if code, _ := other.waitError(); code != 4009 {
+	other.SubscribeMsg("#server-to-user-u1", privateAuth(testKey, testSecret, other.SocketID, "#server-to-user-u1"), "")
+	if code, _ := other.WaitError(); code != 4009 {
 		t.Errorf("signed subscribe: %d, want 4009", code)
 	}
 	ts.trigger(t, "#server-to-user-u1", "private-note", "x")
-	anon.expectNone("private-note", "")
-	other.expectNone("private-note", "")
+	anon.ExpectNone("private-note", "")
+	other.ExpectNone("private-note", "")
 
 	// Client events are not allowed there.
-	a.send(map[string]any{"event": "client-x", "channel": "#server-to-user-u1", "data": "x"})
-	if code, _ := a.waitError(); code != 4301 {
+	a.Send(map[string]any{"event": "client-x", "channel": "#server-to-user-u1", "data": "x"})
+	if code, _ := a.WaitError(); code != 4301 {
 		t.Errorf("client event on server-to-user: %d, want 4301", code)
 	}
 }
@@ -71,13 +71,13 @@ func TestSigninRejected(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ts.connect(t)
-			c.send(map[string]any{"event": "pusher:signin", "data": map[string]any{"auth": tc.auth(c.socketID, tc.userData), "user_data": tc.userData}})
-			if code, msg := c.waitError(); code != tc.code {
+			c.Send(map[string]any{"event": "pusher:signin", "data": map[string]any{"auth": tc.auth(c.SocketID, tc.userData), "user_data": tc.userData}})
+			if code, msg := c.WaitError(); code != tc.code {
 				t.Errorf("code %d (%s), want %d", code, msg, tc.code)
 			}
-			c.expectNone("pusher:signin_success", "")
-			c.subscribeMsg("#server-to-user-u1", "", "")
-			if code, _ := c.waitError(); code != 4009 {
+			c.ExpectNone("pusher:signin_success", "")
+			c.SubscribeMsg("#server-to-user-u1", "", "")
+			if code, _ := c.WaitError(); code != 4009 {
 				t.Errorf("server-to-user after failed signin: %d", code)
 			}
 		})
@@ -86,11 +86,11 @@ func TestSigninRejected(t *testing.T) {
 		ts := newServer(t, withApp(func(a *config.App) { a.EnableUserAuthentication = boolPtr(false) }))
 		c := ts.connect(t)
 		ud := `{"id":"u1"}`
-		c.send(map[string]any{"event": "pusher:signin", "data": map[string]any{"auth": testKey + ":" + auth.SigninSignature(testSecret, c.socketID, ud), "user_data": ud}})
-		if code, _ := c.waitError(); code != 4009 {
+		c.Send(map[string]any{"event": "pusher:signin", "data": map[string]any{"auth": testKey + ":" + auth.SigninSignature(testSecret, c.SocketID, ud), "user_data": ud}})
+		if code, _ := c.WaitError(); code != 4009 {
 			t.Errorf("code %d, want 4009", code)
 		}
-		c.expectNone("pusher:signin_success", "")
+		c.ExpectNone("pusher:signin_success", "")
 	})
 }
 
@@ -101,7 +101,7 @@ func TestUserBindingsFollowMemberships(t *testing.T) {
 	ts := newServer(t)
 	bound := func(user string, c *client) bool {
 		for _, conn := range ts.s.sockets.userConns(testAppID, user) {
-			if conn.socketID == c.socketID {
+			if conn.socketID == c.SocketID {
 				return true
 			}
 		}
@@ -110,13 +110,13 @@ func TestUserBindingsFollowMemberships(t *testing.T) {
 	c := ts.connect(t)
 	ts.subscribePresence(c, "presence-a", `{"user_id":"u1"}`)
 	ts.subscribePresence(c, "presence-b", `{"user_id":"u1"}`)
-	c.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"presence-a"}}`)
-	c.ping() // the unsubscribe has been handled
+	c.SendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"presence-a"}}`)
+	c.Ping() // the unsubscribe has been handled
 	if !bound("u1", c) {
 		t.Error("still in presence-b as u1, but unbound")
 	}
-	c.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"presence-b"}}`)
-	c.ping()
+	c.SendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"presence-b"}}`)
+	c.Ping()
 	if bound("u1", c) {
 		t.Error("left every presence channel, still bound as u1")
 	}
@@ -129,7 +129,7 @@ func TestUserBindingsFollowMemberships(t *testing.T) {
 		t.Errorf("bindings after signin switch: p=%v q=%v", bound("p", c), bound("q", c))
 	}
 
-	_ = c.ws.Close()
+	_ = c.WS.Close()
 	testutil.WaitFor(t, "socket released", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
 	ts.s.sockets.usersMu.Lock()
 	n := len(ts.s.sockets.users)

@@ -53,7 +53,7 @@ func watchEvents(t *testing.T, c *client) []map[string]any {
 	var d struct {
 		Events []map[string]any `json:"events"`
 	}
-	c.waitEvent(watchlistEvent, "").dataInto(t, &d)
+	c.WaitEvent(watchlistEvent, "").DataInto(t, &d)
 	return d.Events
 }
 
@@ -76,17 +76,17 @@ func TestWatchlistOnlineOffline(t *testing.T) {
 	ts := newServer(t)
 	w := ts.connect(t)
 	ts.signin(w, `{"id":"w","watchlist":["b","c"]}`)
-	w.expectNone(watchlistEvent, "") // nobody watched is online: no event at all
+	w.ExpectNone(watchlistEvent, "") // nobody watched is online: no event at all
 
 	b1, b2 := ts.connect(t), ts.connect(t)
 	ts.signin(b1, `{"id":"b"}`)
 	wantWatch(t, w, "online", "b")
 	ts.signin(b2, `{"id":"b"}`) // a second connection of b: no transition
 	ts.signin(b1, `{"id":"b"}`) // a repeated signin: none either
-	w.expectNone(watchlistEvent, "")
-	_ = b1.ws.Close()
-	w.expectNone(watchlistEvent, "") // b is still online through b2
-	_ = b2.ws.Close()
+	w.ExpectNone(watchlistEvent, "")
+	_ = b1.WS.Close()
+	w.ExpectNone(watchlistEvent, "") // b is still online through b2
+	_ = b2.WS.Close()
 	wantWatch(t, w, "offline", "b")
 
 	// A watcher signing in later is told who is online now, in one event.
@@ -117,17 +117,17 @@ func TestWatchlistRejected(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := newServer(t)
 			c := ts.connect(t)
-			c.send(map[string]any{"event": "pusher:signin", "data": map[string]any{
-				"auth": ts.app.Key + ":" + auth.SigninSignature(ts.app.Secret, c.socketID, tt.userData), "user_data": tt.userData,
+			c.Send(map[string]any{"event": "pusher:signin", "data": map[string]any{
+				"auth": ts.app.Key + ":" + auth.SigninSignature(ts.app.Secret, c.SocketID, tt.userData), "user_data": tt.userData,
 			}})
-			code, msg := c.waitError()
+			code, msg := c.WaitError()
 			if code != 4009 || !strings.Contains(msg, "watchlist") {
 				t.Fatalf("got %d %q, want 4009 about the watchlist", code, msg)
 			}
-			c.expectNone("pusher:signin_success", "")
+			c.ExpectNone("pusher:signin_success", "")
 			// Not signed in: the user's own channel stays closed.
-			c.subscribeMsg("#server-to-user-w", "", "")
-			if code, _ := c.waitError(); code != 4009 {
+			c.SubscribeMsg("#server-to-user-w", "", "")
+			if code, _ := c.WaitError(); code != 4009 {
 				t.Errorf("subscribe after a failed signin: %d", code)
 			}
 		})

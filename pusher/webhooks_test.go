@@ -57,44 +57,44 @@ func TestWebhookEvents(t *testing.T) {
 	ts := newServer(t, withOptions(func(o *Options) { o.Webhooks = rec }))
 	a, b := ts.connect(t), ts.connect(t)
 
-	a.subscribe("room")
-	a.subscribe("room") // repeated subscribe: still one channel_occupied
-	b.subscribe("room")
-	a.ping() // a socket's requests are handled in order: its emits are done
-	b.ping()
+	a.Subscribe("room")
+	a.Subscribe("room") // repeated subscribe: still one channel_occupied
+	b.Subscribe("room")
+	a.Ping() // a socket's requests are handled in order: its emits are done
+	b.Ping()
 	if n := rec.count("channel_occupied:room"); n != 1 {
 		t.Errorf("channel_occupied:room emitted %d times: %v", n, rec.names())
 	}
 
 	ts.subscribePresence(a, "presence-p", `{"user_id":"u1"}`)
 	ts.subscribePresence(b, "presence-p", `{"user_id":"u1"}`)
-	a.ping()
-	b.ping()
+	a.Ping()
+	b.Ping()
 	if n := rec.count("member_added:presence-p:u1"); n != 1 {
 		t.Errorf("member_added emitted %d times: %v", n, rec.names())
 	}
 
 	ts.subscribePrivate(b, "private-c")
 	ts.subscribePrivate(a, "private-c")
-	a.send(map[string]any{"event": "client-hi", "channel": "private-c", "data": map[string]any{"x": 1}})
-	b.waitEvent("client-hi", "private-c")
+	a.Send(map[string]any{"event": "client-hi", "channel": "private-c", "data": map[string]any{"x": 1}})
+	b.WaitEvent("client-hi", "private-c")
 	testutil.WaitFor(t, "client_event webhook", func() bool { return rec.count("client_event:private-c") == 1 })
 	rec.mu.Lock()
 	for _, ev := range rec.events {
-		if ev["name"] == "client_event" && (ev["event"] != "client-hi" || ev["data"] != `{"x":1}` || ev["socket_id"] != a.socketID) {
+		if ev["name"] == "client_event" && (ev["event"] != "client-hi" || ev["data"] != `{"x":1}` || ev["socket_id"] != a.SocketID) {
 			t.Errorf("client_event webhook %v", ev)
 		}
 	}
 	rec.mu.Unlock()
 
-	b.subscribe("cache-c")
-	b.ping()
+	b.Subscribe("cache-c")
+	b.Ping()
 	if n := rec.count("cache_miss:cache-c"); n != 1 {
 		t.Errorf("cache_miss emitted %d times", n)
 	}
 
-	_ = a.ws.Close()
-	_ = b.ws.Close()
+	_ = a.WS.Close()
+	_ = b.WS.Close()
 	testutil.WaitFor(t, "vacated and removed", func() bool {
 		return rec.count("channel_vacated:room") == 1 && rec.count("member_removed:presence-p:u1") == 1 &&
 			rec.count("channel_vacated:presence-p") == 1
@@ -109,20 +109,20 @@ func TestServerPingAndPongTimeout(t *testing.T) {
 
 	// Idle for ping_interval: the server pings (the sweep runs once a second).
 	clock.Advance(61 * time.Second)
-	c.waitEvent("pusher:ping", "")
-	c.sendRaw(`{"event":"pusher:pong","data":{}}`)
+	c.WaitEvent("pusher:ping", "")
+	c.SendRaw(`{"event":"pusher:pong","data":{}}`)
 	ts.waitPongHandled(t, c)
 	clock.Advance(31 * time.Second)
-	c.expectNone("pusher:error", "")
+	c.ExpectNone("pusher:error", "")
 
 	// Idle again and silent: after activity_timeout without a pong, 4201.
 	clock.Advance(30 * time.Second)
-	c.waitEvent("pusher:ping", "")
+	c.WaitEvent("pusher:ping", "")
 	clock.Advance(31 * time.Second)
-	if code, _ := c.waitError(); code != 4201 {
+	if code, _ := c.WaitError(); code != 4201 {
 		t.Errorf("pusher:error %d, want 4201", code)
 	}
-	if code := c.waitClose(); code != 4201 {
+	if code := c.WaitClose(); code != 4201 {
 		t.Errorf("close %d, want 4201", code)
 	}
 }
@@ -132,33 +132,33 @@ func TestServerControlPingForControlFrameClients(t *testing.T) {
 	ts := newServer(t, withOptions(func(o *Options) { o.Now = clock.Now }))
 	c := ts.connect(t)
 	pings := make(chan struct{}, 4)
-	c.ws.SetPingHandler(func(s string) error {
-		err := c.ws.WriteControl(websocket.PongMessage, []byte(s), time.Now().Add(time.Second))
+	c.WS.SetPingHandler(func(s string) error {
+		err := c.WS.WriteControl(websocket.PongMessage, []byte(s), time.Now().Add(time.Second))
 		pings <- struct{}{}
 		return err
 	})
-	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)); err != nil {
+	if err := c.WS.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	<-c.pongs
+	<-c.Pongs
 	clock.Advance(61 * time.Second)
 	select {
 	case <-pings:
 	case <-time.After(waitTimeout):
 		t.Fatal("no control ping from the server")
 	}
-	c.expectNone("pusher:ping", "")
+	c.ExpectNone("pusher:ping", "")
 	// The pong frame counts as activity: no timeout.
 	ts.waitPongHandled(t, c)
 	clock.Advance(31 * time.Second)
-	c.expectNone("pusher:error", "")
-	c.ping()
+	c.ExpectNone("pusher:error", "")
+	c.Ping()
 }
 
 // waitPongHandled waits until the server has seen activity since its last ping to c.
 func (ts *tserver) waitPongHandled(t *testing.T, c *client) {
 	t.Helper()
-	conn := ts.s.sockets.get(c.socketID)
+	conn := ts.s.sockets.get(c.SocketID)
 	if conn == nil {
 		t.Fatal("socket not found")
 	}
@@ -179,16 +179,16 @@ func TestWebhookWants(t *testing.T) {
 	rec := &picky{want: map[string]bool{"channel_occupied": true, "subscription_count": true}}
 	ts := newServer(t, withOptions(func(o *Options) { o.Webhooks = rec }))
 	a, b := ts.connect(t), ts.connect(t)
-	a.subscribe("room")
-	b.subscribe("room")
+	a.Subscribe("room")
+	b.Subscribe("room")
 	ts.subscribePresence(a, "presence-p", `{"user_id":"u1"}`)
 	ts.subscribePrivate(b, "private-c")
 	ts.subscribePrivate(a, "private-c")
-	a.send(map[string]any{"event": "client-hi", "channel": "private-c", "data": map[string]any{"x": 1}})
-	b.waitEvent("client-hi", "private-c")
-	b.subscribe("cache-c")
-	_ = a.ws.Close()
-	b.ping()
+	a.Send(map[string]any{"event": "client-hi", "channel": "private-c", "data": map[string]any{"x": 1}})
+	b.WaitEvent("client-hi", "private-c")
+	b.Subscribe("cache-c")
+	_ = a.WS.Close()
+	b.Ping()
 	testutil.WaitFor(t, "a's leaves counted", func() bool { return rec.count("subscription_count:room") == 3 })
 	for _, n := range rec.names() {
 		name, _, _ := strings.Cut(n, ":")

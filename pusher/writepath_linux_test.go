@@ -61,8 +61,8 @@ func TestMetricsWritePath(t *testing.T) {
 			}
 
 			a, b := ts.connect(t), ts.connect(t)
-			a.subscribe("news")
-			b.subscribe("news")
+			a.Subscribe("news")
+			b.Subscribe("news")
 			if tt.runtime {
 				refuse.Store(true)
 			}
@@ -71,7 +71,7 @@ func TestMetricsWritePath(t *testing.T) {
 			}
 			for _, c := range []*client{a, b} {
 				for i := range 5 {
-					if ev := c.waitEvent("tick", "news"); string(ev.Data) != strconv.Quote(fmt.Sprint(i)) {
+					if ev := c.WaitEvent("tick", "news"); string(ev.Data) != strconv.Quote(fmt.Sprint(i)) {
 						t.Fatalf("event %d: data %s", i, ev.Data)
 					}
 				}
@@ -81,7 +81,7 @@ func TestMetricsWritePath(t *testing.T) {
 				end = "writev"
 			}
 			testutil.WaitFor(t, "the gauge at "+end, func() bool { return gauges() == want[end] })
-			if a.isClosed() || b.isClosed() {
+			if a.IsClosed() || b.IsClosed() {
 				t.Fatal("a connection closed")
 			}
 			n := 0

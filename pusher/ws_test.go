@@ -26,18 +26,18 @@ func TestConnectionEstablished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := c.next()
+	ev := c.Next()
 	if ev.Event != "pusher:connection_established" {
-		t.Fatalf("first frame %s", ev.raw)
+		t.Fatalf("first frame %s", ev.Raw)
 	}
-	if strings.Contains(string(ev.raw), `"channel"`) {
-		t.Errorf("connection_established carries a channel field: %s", ev.raw)
+	if strings.Contains(string(ev.Raw), `"channel"`) {
+		t.Errorf("connection_established carries a channel field: %s", ev.Raw)
 	}
 	var d struct {
 		SocketID        string `json:"socket_id"`
 		ActivityTimeout int    `json:"activity_timeout"`
 	}
-	ev.dataInto(t, &d)
+	ev.DataInto(t, &d)
 	if !socketIDRe.MatchString(d.SocketID) {
 		t.Errorf("socket_id %q does not match %s", d.SocketID, socketIDRe)
 	}
@@ -51,7 +51,7 @@ func TestConnectionEstablished(t *testing.T) {
 	if app, chans, ok := ts.s.Channels(d.SocketID); !ok || app != testAppID || len(chans) != 0 {
 		t.Errorf("Channels(%s) = %q %v %v", d.SocketID, app, chans, ok)
 	}
-	_ = c.ws.Close()
+	_ = c.WS.Close()
 	testutil.WaitFor(t, "connection count back to 0", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
 	if _, _, ok := ts.s.Channels(d.SocketID); ok {
 		t.Error("closed socket still known")
@@ -63,13 +63,13 @@ func TestSocketIDsAreUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 30; i++ {
 		c := ts.connect(t)
-		if !socketIDRe.MatchString(c.socketID) {
-			t.Fatalf("socket_id %q", c.socketID)
+		if !socketIDRe.MatchString(c.SocketID) {
+			t.Fatalf("socket_id %q", c.SocketID)
 		}
-		if seen[c.socketID] {
-			t.Fatalf("socket_id %q issued twice", c.socketID)
+		if seen[c.SocketID] {
+			t.Fatalf("socket_id %q issued twice", c.SocketID)
 		}
-		seen[c.socketID] = true
+		seen[c.SocketID] = true
 	}
 	// Both halves are random: over many ids neither half repeats or counts up.
 	firsts, seconds := map[string]bool{}, map[string]bool{}
@@ -141,14 +141,14 @@ func TestConnectionRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev := c.next()
+			ev := c.Next()
 			if ev.Event != "pusher:error" {
-				t.Fatalf("first frame %s, want pusher:error", ev.raw)
+				t.Fatalf("first frame %s, want pusher:error", ev.Raw)
 			}
-			if code := ev.errorCode(t); code != tc.code {
-				t.Errorf("pusher:error code %d, want %d (%s)", code, tc.code, ev.raw)
+			if code := ev.ErrorCode(t); code != tc.code {
+				t.Errorf("pusher:error code %d, want %d (%s)", code, tc.code, ev.Raw)
 			}
-			if code := c.waitClose(); code != tc.code {
+			if code := c.WaitClose(); code != tc.code {
 				t.Errorf("close code %d, want %d", code, tc.code)
 			}
 			if tc.pre > 0 {
@@ -187,8 +187,8 @@ func TestConnectionAccepted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev := c.next(); ev.Event != "pusher:connection_established" {
-				t.Fatalf("got %s", ev.raw)
+			if ev := c.Next(); ev.Event != "pusher:connection_established" {
+				t.Fatalf("got %s", ev.Raw)
 			}
 		})
 	}
@@ -197,32 +197,32 @@ func TestConnectionAccepted(t *testing.T) {
 func TestMaxConnectionsFreedOnClose(t *testing.T) {
 	ts := newServer(t, withApp(func(a *config.App) { a.MaxConnections = 1 }))
 	c := ts.connect(t)
-	_ = c.ws.Close()
+	_ = c.WS.Close()
 	testutil.WaitFor(t, "slot freed", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
-	ts.connect(t).ping()
+	ts.connect(t).Ping()
 }
 
 func TestPusherPing(t *testing.T) {
 	ts := newServer(t)
 	c := ts.connect(t)
-	c.sendRaw(`{"event":"pusher:ping","data":{}}`)
-	ev := c.waitEvent("pusher:pong", "")
-	if string(ev.raw) != `{"event":"pusher:pong"}` {
-		t.Errorf("pong frame %s, want {\"event\":\"pusher:pong\"}", ev.raw)
+	c.SendRaw(`{"event":"pusher:ping","data":{}}`)
+	ev := c.WaitEvent("pusher:pong", "")
+	if string(ev.Raw) != `{"event":"pusher:pong"}` {
+		t.Errorf("pong frame %s, want {\"event\":\"pusher:pong\"}", ev.Raw)
 	}
 	// pusher:pong from the client is accepted silently.
-	c.sendRaw(`{"event":"pusher:pong","data":{}}`)
-	c.expectNone("pusher:error", "")
+	c.SendRaw(`{"event":"pusher:pong","data":{}}`)
+	c.ExpectNone("pusher:error", "")
 }
 
 func TestControlPing(t *testing.T) {
 	ts := newServer(t)
 	c := ts.connect(t)
-	if err := c.ws.WriteControl(websocket.PingMessage, []byte("hello"), time.Now().Add(time.Second)); err != nil {
+	if err := c.WS.WriteControl(websocket.PingMessage, []byte("hello"), time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case p := <-c.pongs:
+	case p := <-c.Pongs:
 		if p != "hello" {
 			t.Errorf("pong payload %q, want hello", p)
 		}
@@ -258,12 +258,12 @@ func TestInvalidMessagesKeepConnection(t *testing.T) {
 	c := ts.connect(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c.t = t
-			c.sendRaw(tc.msg)
-			if code, msg := c.waitError(); code != tc.code {
+			c.T = t
+			c.SendRaw(tc.msg)
+			if code, msg := c.WaitError(); code != tc.code {
 				t.Errorf("code %d (%s), want %d", code, msg, tc.code)
 			}
-			c.ping() // still open
+			c.Ping() // still open
 		})
 	}
 }
@@ -271,13 +271,13 @@ func TestInvalidMessagesKeepConnection(t *testing.T) {
 func TestSubscribeDataAsJSONString(t *testing.T) {
 	ts := newServer(t)
 	c := ts.connect(t)
-	c.sendRaw(`{"event":"pusher:subscribe","data":"{\"channel\":\"flutter\"}"}`)
-	ev := c.waitEvent("pusher_internal:subscription_succeeded", "flutter")
-	if ev.dataString(t) != "{}" {
+	c.SendRaw(`{"event":"pusher:subscribe","data":"{\"channel\":\"flutter\"}"}`)
+	ev := c.WaitEvent("pusher_internal:subscription_succeeded", "flutter")
+	if ev.DataString(t) != "{}" {
 		t.Errorf("public subscription_succeeded data %s, want \"{}\"", ev.Data)
 	}
 	ts.trigger(t, "flutter", "hi", "x")
-	c.waitEvent("hi", "flutter")
+	c.WaitEvent("hi", "flutter")
 }
 
 func TestMessageSizeLimit(t *testing.T) {
@@ -286,16 +286,16 @@ func TestMessageSizeLimit(t *testing.T) {
 		c := ts.connect(t)
 		msg := `{"event":"pusher:ping","data":{}}`
 		msg += strings.Repeat(" ", ts.app.MaxMessageSize-len(msg))
-		c.sendRaw(msg)
-		c.waitEvent("pusher:pong", "")
+		c.SendRaw(msg)
+		c.WaitEvent("pusher:pong", "")
 	})
 	t.Run("one byte over closes with 1009", func(t *testing.T) {
 		c := ts.connect(t)
 		msg := `{"event":"pusher:ping","data":{}}`
 		msg += strings.Repeat(" ", ts.app.MaxMessageSize+1-len(msg))
-		c.sendRaw(msg)
-		if code := c.waitClose(); code != websocket.CloseMessageTooBig {
-			t.Errorf("close code %d, want 1009 (err %v)", code, c.readErr())
+		c.SendRaw(msg)
+		if code := c.WaitClose(); code != websocket.CloseMessageTooBig {
+			t.Errorf("close code %d, want 1009 (err %v)", code, c.ReadErr())
 		}
 		testutil.WaitFor(t, "connection released", func() bool { return ts.s.ConnectionCount(testAppID) == 0 })
 	})
@@ -304,14 +304,14 @@ func TestMessageSizeLimit(t *testing.T) {
 func TestUnsubscribe(t *testing.T) {
 	ts := newServer(t)
 	c := ts.connect(t)
-	c.subscribe("news")
-	c.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"news"}}`)
+	c.Subscribe("news")
+	c.SendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"news"}}`)
 	testutil.WaitFor(t, "unsubscribed", func() bool { return ts.s.Registry().SubscriptionCount(testAppID, "news") == 0 })
 	ts.trigger(t, "news", "late", "x")
-	c.expectNone("late", "")
+	c.ExpectNone("late", "")
 	// Unsubscribing from a channel never joined is harmless.
-	c.sendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"other"}}`)
-	c.ping()
+	c.SendRaw(`{"event":"pusher:unsubscribe","data":{"channel":"other"}}`)
+	c.Ping()
 }
 
 // Every event published after the subscribe is handled must arrive after
@@ -341,61 +341,61 @@ func TestSubscriptionSucceededPrecedesEvents(t *testing.T) {
 			}
 		}()
 		c := ts.connect(t)
-		c.subscribeMsg(ch, "", "")
+		c.SubscribeMsg(ch, "", "")
 		for {
-			ev := c.next()
+			ev := c.Next()
 			if ev.Channel != ch {
 				continue
 			}
 			if ev.Event != "pusher_internal:subscription_succeeded" {
 				close(stop)
 				wg.Wait()
-				t.Fatalf("round %d: %s arrived before subscription_succeeded", i, ev.raw)
+				t.Fatalf("round %d: %s arrived before subscription_succeeded", i, ev.Raw)
 			}
 			break
 		}
-		c.waitEvent("tick", ch) // and the flood does reach it afterwards
+		c.WaitEvent("tick", ch) // and the flood does reach it afterwards
 		close(stop)
 		wg.Wait()
-		_ = c.ws.Close()
+		_ = c.WS.Close()
 	}
 }
 
 func TestCacheChannel(t *testing.T) {
 	ts := newServer(t)
 	a := ts.connect(t)
-	a.subscribeMsg("cache-prices", "", "")
-	if ev := a.next(); ev.Event != "pusher_internal:subscription_succeeded" {
-		t.Fatalf("first %s", ev.raw)
+	a.SubscribeMsg("cache-prices", "", "")
+	if ev := a.Next(); ev.Event != "pusher_internal:subscription_succeeded" {
+		t.Fatalf("first %s", ev.Raw)
 	}
-	miss := a.next()
+	miss := a.Next()
 	if miss.Event != "pusher:cache_miss" || miss.Channel != "cache-prices" {
-		t.Fatalf("want cache_miss, got %s", miss.raw)
+		t.Fatalf("want cache_miss, got %s", miss.Raw)
 	}
 	ts.trigger(t, "cache-prices", "price", `{"v":1}`)
 	ts.trigger(t, "cache-prices", "price", `{"v":2}`)
-	a.waitEvent("price", "cache-prices")
-	last := a.waitEvent("price", "cache-prices")
+	a.WaitEvent("price", "cache-prices")
+	last := a.WaitEvent("price", "cache-prices")
 
 	b := ts.connect(t)
-	b.subscribeMsg("cache-prices", "", "")
-	if ev := b.next(); ev.Event != "pusher_internal:subscription_succeeded" {
-		t.Fatalf("first %s", ev.raw)
+	b.SubscribeMsg("cache-prices", "", "")
+	if ev := b.Next(); ev.Event != "pusher_internal:subscription_succeeded" {
+		t.Fatalf("first %s", ev.Raw)
 	}
-	replay := b.next()
-	if string(replay.raw) != string(last.raw) {
-		t.Errorf("replay %s, want the last event %s", replay.raw, last.raw)
+	replay := b.Next()
+	if string(replay.Raw) != string(last.Raw) {
+		t.Errorf("replay %s, want the last event %s", replay.Raw, last.Raw)
 	}
-	if replay.dataString(t) != `{"v":2}` {
-		t.Errorf("replayed data %q", replay.dataString(t))
+	if replay.DataString(t) != `{"v":2}` {
+		t.Errorf("replayed data %q", replay.DataString(t))
 	}
 
 	// private-cache needs auth and replays too.
 	ts.trigger(t, "private-cache-x", "e", "d")
 	c := ts.connect(t)
 	ts.subscribePrivate(c, "private-cache-x")
-	if ev := c.next(); ev.Event != "e" || ev.dataString(t) != "d" {
-		t.Errorf("private-cache replay %s", ev.raw)
+	if ev := c.Next(); ev.Event != "e" || ev.DataString(t) != "d" {
+		t.Errorf("private-cache replay %s", ev.Raw)
 	}
 }
 
@@ -404,7 +404,7 @@ func TestCacheChannel(t *testing.T) {
 func TestSlowConsumerDisconnected(t *testing.T) {
 	ts := newServer(t, withOptions(func(o *Options) { o.MaxQueueBytes = 64 << 10 }))
 	good := ts.connect(t)
-	good.subscribe("firehose")
+	good.Subscribe("firehose")
 
 	slow := rawDial(t, ts.ts.Listener.Addr().String(), "/app/"+ts.app.Key+"?protocol=7")
 	slow.writeText(t, `{"event":"pusher:subscribe","data":{"channel":"firehose"}}`)
@@ -412,8 +412,8 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 		return ts.s.Registry().SubscriptionCount(testAppID, "firehose") == 2
 	})
 
-	good.countOnly.Store(true)
-	base := good.count.Load() // connection_established and subscription_succeeded
+	good.CountOnly.Store(true)
+	base := good.Count.Load() // connection_established and subscription_succeeded
 
 	payload := []byte(`"` + strings.Repeat("x", 8000) + `"`)
 	deadline := time.Now().Add(20 * time.Second)
@@ -428,24 +428,24 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 		sent++
 		// Pace the flood to the good reader (it must never be the slow one): at most a few
 		// events in flight for it, far below MaxQueueBytes.
-		for good.count.Load() < base+int64(sent-4) && !good.isClosed() && time.Now().Before(deadline) {
+		for good.Count.Load() < base+int64(sent-4) && !good.IsClosed() && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Microsecond)
 		}
-		if good.isClosed() {
-			t.Fatalf("good client disconnected after %d events (read %d, base %d): %v", sent, good.count.Load(), base, good.readErr())
+		if good.IsClosed() {
+			t.Fatalf("good client disconnected after %d events (read %d, base %d): %v", sent, good.Count.Load(), base, good.ReadErr())
 		}
 	}
 	t.Logf("slow consumer cut off after %d events of %d bytes", sent, len(payload))
 	testutil.WaitFor(t, "slow connection released", func() bool { return ts.s.ConnectionCount(testAppID) == 1 })
 
 	// The good client was not cut off and gets everything, including what follows.
-	testutil.WaitFor(t, "good client drained the flood", func() bool { return good.count.Load() >= base+int64(sent) })
-	good.countOnly.Store(false)
+	testutil.WaitFor(t, "good client drained the flood", func() bool { return good.Count.Load() >= base+int64(sent) })
+	good.CountOnly.Store(false)
 	ts.trigger(t, "firehose", "after", "still here")
-	if ev := good.waitEvent("after", "firehose"); ev.dataString(t) != "still here" {
-		t.Errorf("data %q", ev.dataString(t))
+	if ev := good.WaitEvent("after", "firehose"); ev.DataString(t) != "still here" {
+		t.Errorf("data %q", ev.DataString(t))
 	}
-	if good.isClosed() {
+	if good.IsClosed() {
 		t.Fatal("good client was disconnected")
 	}
 }
@@ -453,17 +453,17 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 func TestShutdownSends4200(t *testing.T) {
 	ts := newServer(t)
 	clients := []*client{ts.connect(t), ts.connect(t), ts.connect(t)}
-	clients[0].subscribe("a")
+	clients[0].Subscribe("a")
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := ts.s.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	for i, c := range clients {
-		if code, _ := c.waitError(); code != 4200 {
+		if code, _ := c.WaitError(); code != 4200 {
 			t.Errorf("client %d: pusher:error %d, want 4200", i, code)
 		}
-		if code := c.waitClose(); code != 4200 {
+		if code := c.WaitClose(); code != 4200 {
 			t.Errorf("client %d: close code %d, want 4200", i, code)
 		}
 	}
@@ -475,10 +475,10 @@ func TestShutdownSends4200(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := c.waitError(); code != 4200 {
+	if code, _ := c.WaitError(); code != 4200 {
 		t.Errorf("late connection: %d, want 4200", code)
 	}
-	if code := c.waitClose(); code != 4200 {
+	if code := c.WaitClose(); code != 4200 {
 		t.Errorf("late connection close %d, want 4200", code)
 	}
 }
@@ -486,12 +486,12 @@ func TestShutdownSends4200(t *testing.T) {
 func TestClientCloseIsAnswered(t *testing.T) {
 	ts := newServer(t)
 	c := ts.connect(t)
-	c.subscribe("a")
+	c.Subscribe("a")
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye")
-	if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second)); err != nil {
+	if err := c.WS.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if code := c.waitClose(); code != websocket.CloseNormalClosure {
+	if code := c.WaitClose(); code != websocket.CloseNormalClosure {
 		t.Errorf("close reply %d, want 1000", code)
 	}
 	testutil.WaitFor(t, "socket cleaned up", func() bool {
@@ -521,29 +521,29 @@ func TestTLSConnection(t *testing.T) {
 	if !strings.HasPrefix(ts.ts.URL, "https:") {
 		t.Fatalf("server URL %s", ts.ts.URL)
 	}
-	a.subscribe("tls")
+	a.Subscribe("tls")
 	ts.subscribePrivate(b, "private-tls")
 	ts.subscribePrivate(a, "private-tls")
 	for i := 0; i < 50; i++ {
 		ts.trigger(t, "tls", "n", strconv.Itoa(i))
 	}
 	for i := 0; i < 50; i++ {
-		if d := a.waitEvent("n", "tls").dataString(t); d != strconv.Itoa(i) {
+		if d := a.WaitEvent("n", "tls").DataString(t); d != strconv.Itoa(i) {
 			t.Fatalf("event %d data %q: out of order", i, d)
 		}
 	}
-	b.send(map[string]any{"event": "client-x", "channel": "private-tls", "data": "hi"})
-	a.waitEvent("client-x", "private-tls")
+	b.Send(map[string]any{"event": "client-x", "channel": "private-tls", "data": "hi"})
+	a.WaitEvent("client-x", "private-tls")
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := ts.s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*client{a, b} {
-		if code, _ := c.waitError(); code != 4200 {
+		if code, _ := c.WaitError(); code != 4200 {
 			t.Errorf("pusher:error %d, want 4200", code)
 		}
-		if code := c.waitClose(); code != 4200 {
+		if code := c.WaitClose(); code != 4200 {
 			t.Errorf("close %d, want 4200", code)
 		}
 	}
@@ -554,7 +554,7 @@ func TestFramesArriveInOrder(t *testing.T) {
 	ts := newServer(t)
 	clients := []*client{ts.connect(t), ts.connect(t), ts.connect(t)}
 	for _, c := range clients {
-		c.subscribe("seq")
+		c.Subscribe("seq")
 	}
 	const n = 3000
 	go func() {
@@ -564,8 +564,8 @@ func TestFramesArriveInOrder(t *testing.T) {
 	}()
 	for ci, c := range clients {
 		for i := 0; i < n; i++ {
-			ev := c.waitEvent("n", "seq")
-			if d := ev.dataString(t); d != strconv.Itoa(i) {
+			ev := c.WaitEvent("n", "seq")
+			if d := ev.DataString(t); d != strconv.Itoa(i) {
 				t.Fatalf("client %d: event %d has data %q", ci, i, d)
 			}
 		}
@@ -580,8 +580,8 @@ func TestCloseReasonRecorded(t *testing.T) {
 		act  func(c *client)
 		want CloseReason
 	}{
-		{"message too big", func(c *client) { c.sendRaw(strings.Repeat(" ", ts.app.MaxMessageSize+1)) }, CloseMessageTooBig},
-		{"client close", func(c *client) { _ = c.ws.Close() }, CloseClientGone},
+		{"message too big", func(c *client) { c.SendRaw(strings.Repeat(" ", ts.app.MaxMessageSize+1)) }, CloseMessageTooBig},
+		{"client close", func(c *client) { _ = c.WS.Close() }, CloseClientGone},
 		{"terminated", func(c *client) {
 			ts.signin(c, `{"id":"r1"}`)
 			_ = ts.s.TerminateUser(context.Background(), testAppID, "r1")
@@ -590,9 +590,9 @@ func TestCloseReasonRecorded(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ts.connect(t)
-			conn := ts.s.sockets.get(c.socketID)
+			conn := ts.s.sockets.get(c.SocketID)
 			tc.act(c)
-			testutil.WaitFor(t, "socket released", func() bool { return ts.s.sockets.get(c.socketID) == nil })
+			testutil.WaitFor(t, "socket released", func() bool { return ts.s.sockets.get(c.SocketID) == nil })
 			if got := conn.closeReason(); got != tc.want {
 				t.Errorf("close reason %s, want %s", got, tc.want)
 			}
@@ -610,16 +610,16 @@ func TestNodeCapFreesOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := c.next(); ev.Event != "pusher:error" || ev.errorCode(t) != 4100 {
-		t.Fatalf("third connection: %s, want pusher:error 4100", ev.raw)
+	if ev := c.Next(); ev.Event != "pusher:error" || ev.ErrorCode(t) != 4100 {
+		t.Fatalf("third connection: %s, want pusher:error 4100", ev.Raw)
 	}
-	_ = first.ws.Close()
+	_ = first.WS.Close()
 	testutil.WaitFor(t, "the closed connection to leave the count", func() bool { return ts.s.ConnectionCount(testAppID) == 1 })
 	again, err := dial(t, ts.wsURL(ts.app.Key, "protocol=7"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := again.next(); ev.Event != "pusher:connection_established" {
-		t.Fatalf("after a close: %s, want pusher:connection_established", ev.raw)
+	if ev := again.Next(); ev.Event != "pusher:connection_established" {
+		t.Fatalf("after a close: %s, want pusher:connection_established", ev.Raw)
 	}
 }
