@@ -372,9 +372,9 @@ func pagePost(t *testing.T, nd *testNode, socketID, token, conv string) int {
 
 // TestScalingRefusesUnreachableRedis: a node with scaling enabled does not start alone.
 func TestScalingRefusesUnreachableRedis(t *testing.T) {
-	mr := miniredis.RunT(t)
-	url := "redis://" + mr.Addr() + "/0"
-	mr.Close()
+	// Port 1: nothing listens there, and no other test can take it (a closed miniredis's
+	// port could be handed to a parallel test's server before newNode dials it).
+	url := "redis://127.0.0.1:1/0"
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	yaml := "apps:\n  - {app_id: a, key: k, secret: s}\nscaling: {enabled: true, redis_url: \"" + url + "\"}\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
