@@ -66,9 +66,13 @@ func newMetricsServer(t *testing.T, app func(*config.App)) *tserver {
 	return newMetricsServerConfig(t, cfg)
 }
 
-func newMetricsServerConfig(t *testing.T, cfg *config.Config) *tserver {
+func newMetricsServerConfig(t *testing.T, cfg *config.Config, opts ...func(*Options)) *tserver {
 	t.Helper()
-	s := NewServer(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	s := NewServer(o)
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(s.HTTPMetrics(""))
@@ -86,7 +90,13 @@ func newMetricsServerConfig(t *testing.T, cfg *config.Config) *tserver {
 }
 
 func TestMetricsMoveWithTraffic(t *testing.T) {
-	ts := newMetricsServer(t, func(a *config.App) { a.ClientEventRateLimit = intPtr(1); a.AcceptClientEventsFrom = "all" })
+	cfg := testConfig()
+	cfg.Apps[0].ClientEventRateLimit = intPtr(1)
+	cfg.Apps[0].AcceptClientEventsFrom = "all"
+	// The client-event limit counts per wall-clock second: a stopped clock keeps the two
+	// client events below in one second however slowly the test runs.
+	clock := newFakeClock(time.Now())
+	ts := newMetricsServerConfig(t, cfg, func(o *Options) { o.Now = clock.Now })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(ts.s.Collector())
 	app := map[string]string{"app": testAppID}
