@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/bridge"
 	"github.com/reverbgo/reverbgo/channels"
@@ -65,32 +62,22 @@ var (
 // Once running, a node survives outages (it serves its own sockets and reconnects).
 const startupTimeout = 5 * time.Second
 
-// redisClient builds the client for the configured topology: a plain client for
-// scaling.redis_url, a Sentinel failover client (it asks the sentinels for the master and
-// follows +switch-master) or a Redis Cluster client. The description is for logs. Every
-// client honours context deadlines (ContextTimeoutEnabled), so a caller's deadline bounds a
-// round trip to a Redis that stopped answering, not only go-redis's own 3 s read timeout.
+// redisClient builds the node's Redis client for the configured topology (redisx.Open).
+// The description is for logs.
 func redisClient(sc config.Scaling, logger *slog.Logger) (*redisx.Client, string, error) {
+	t := redisx.Servers{URL: sc.RedisURL}
 	switch {
 	case sc.RedisSentinel.Set():
 		s := sc.RedisSentinel
-		rdb := redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: s.MasterName, SentinelAddrs: s.Addrs, Password: s.Password, ContextTimeoutEnabled: true,
-		})
-		return redisx.New(rdb, &redisx.SentinelOptions{Addrs: s.Addrs, MasterName: s.MasterName, DataPassword: s.Password}, logger),
-			"sentinel " + s.MasterName + "@" + strings.Join(s.Addrs, ","), nil
+		t.Sentinel = &redisx.SentinelServers{MasterName: s.MasterName, Addrs: s.Addrs, Password: s.Password}
 	case sc.RedisCluster.Set():
-		c := sc.RedisCluster
-		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Password: c.Password, ContextTimeoutEnabled: true})
-		return redisx.New(rdb, nil, logger), "cluster " + strings.Join(c.Addrs, ","), nil
-	default:
-		opt, err := redis.ParseURL(sc.RedisURL)
-		if err != nil {
-			return nil, "", fmt.Errorf("scaling.redis_url: %w", err)
-		}
-		opt.ContextTimeoutEnabled = true
-		return redisx.New(redis.NewClient(opt), nil, logger), opt.Addr, nil
+		t.Cluster = &redisx.ClusterServers{Addrs: sc.RedisCluster.Addrs, Password: sc.RedisCluster.Password}
 	}
+	c, description, err := redisx.Open(t, logger)
+	if err != nil {
+		return nil, "", fmt.Errorf("scaling.redis_url: %w", err)
+	}
+	return c, description, nil
 }
 
 // newCluster connects to the configured Redis and builds the cluster seams under one prefix
