@@ -41,8 +41,16 @@ type recScenario struct {
 	kind  string // the redis-topologies.sh topology
 	nodes int    // reverbgo processes; node 4 (when 4) is the one node-kill kills
 	fault func(ctx context.Context, t *testing.T, r *recRun) (time.Time, error)
-	// quiet: a told loss fails the scenario too (a planned change loses nothing).
+	// quiet: a told loss fails the scenario too (a planned change loses nothing), beyond
+	// toldMax of the accepted deliveries.
 	quiet bool
+	// toldMax: the share of accepted deliveries a quiet scenario may tell lost. A planned
+	// Sentinel failover promotes the replica before every node has heard +switch-master:
+	// an append a node makes on the old master in between is gone with it, and the
+	// sockets that missed it live are told too_old (never silently). On a loaded machine
+	// that window holds an event or two; TestNothingLostWhenRedisChangesShape allows the
+	// same share lost without recovery (maxLostDuring).
+	toldMax float64
 }
 
 // onRedis adapts a fault of the topology alone.
@@ -51,7 +59,7 @@ func onRedis(f func(context.Context, *testing.T, *testutil.Topology) (time.Time,
 }
 
 var recScenarios = []recScenario{
-	{name: "sentinel-failover", kind: "sentinel", nodes: 3, fault: onRedis(sentinelFailover), quiet: true},
+	{name: "sentinel-failover", kind: "sentinel", nodes: 3, fault: onRedis(sentinelFailover), quiet: true, toldMax: 0.01},
 	{name: "sentinel-kill", kind: "sentinel", nodes: 3, fault: onRedis(sentinelKill)},
 	{name: "cluster-reshard", kind: "cluster-replicas", nodes: 3, fault: onRedis(clusterReshard), quiet: true},
 	{name: "cluster-failover", kind: "cluster-replicas", nodes: 3, fault: onRedis(clusterFailover), quiet: true},
@@ -356,8 +364,8 @@ func runRecovery(t *testing.T, bin string, sc recScenario) {
 	if v.duplicates != 0 || v.outOfOrder != 0 {
 		t.Errorf("%d duplicate deliveries, %d out of serial order", v.duplicates, v.outOfOrder)
 	}
-	if sc.quiet && (v.told != 0 || v.toldFrames != 0) {
-		t.Errorf("a planned %s told %d lost deliveries (%d resume_failed frames), want none", sc.name, v.told, v.toldFrames)
+	if limit := sc.toldMax * float64(v.accepted); sc.quiet && (float64(v.told) > limit || (sc.toldMax == 0 && v.toldFrames != 0)) {
+		t.Errorf("a planned %s told %d lost deliveries (%d resume_failed frames), want at most %.0f", sc.name, v.told, v.toldFrames, limit)
 	}
 	if dropped != 0 {
 		t.Errorf("%d of %d judged sockets dropped", dropped, recSubscribers)
