@@ -29,29 +29,37 @@ start() { # bin cfg port
   for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:$3/up >/dev/null 2>&1 && break; sleep 0.1; done
   pgrep -f "^$OUT/$1 start --config $OUT/$2.yaml" | head -1 # the server, not its timeout wrapper
 }
+# stop PID...: TERM, then wait until each has exited (a drain outlasts a fixed sleep, and the
+# next server on the same port would fail to bind).
+stop() {
+  kill "$@" 2>/dev/null || true
+  for p in "$@"; do
+    for _ in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  done
+}
 mk a1 16601; mk a2 16602; mk old 16611; mk new 16612
 S=$OUT/kit/pusherbench/scripts
 # A/A: the new binary twice
 P1=$(start reverbgo-new a1 16601); P2=$(start reverbgo-new a2 16602)
 $S/ab.sh fanout 3 16601 $P1 16602 $P2 -n 1000 -m 1000 --rate 100 > $OUT/aa-paced100.txt 2>&1 || true
-kill $P1 $P2; sleep 1
+stop $P1 $P2
 PO=$(start reverbgo-old old 16611); PN=$(start reverbgo-new new 16612)
 $S/ab.sh fanout 3 16611 $PO 16612 $PN -n 1000 -m 1000 --rate 100 > $OUT/ab-paced100.txt 2>&1 || true
 $S/ab.sh fanout 3 16611 $PO 16612 $PN -n 1000 -m 200 --rate 20 > $OUT/ab-paced20.txt 2>&1 || true
 $S/ab.sh clientevents 3 16611 $PO 16612 $PN -n 1000 --senders 10 -m 20 --rate 2 > $OUT/ab-clientevents.txt 2>&1 || true
 grep -a -h '^{' $OUT/aa-paced100.txt $OUT/ab-paced100.txt $OUT/ab-paced20.txt $OUT/ab-clientevents.txt || true
-kill $PO $PN; sleep 1
+stop $PO $PN
 # connections: fresh processes (RSS never shrinks)
 PO=$(start reverbgo-old old 16611); PN=$(start reverbgo-new new 16612)
 $S/ab.sh connections 3 16611 $PO 16612 $PN -n 10000 > $OUT/ab-conns.txt 2>&1 || true
-kill $PO $PN; sleep 1
+stop $PO $PN
 # memory per idle connection: a fresh process per run, old and new interleaved
 for r in 1 2; do
   for side in old new; do
     port=16611; [ $side = new ] && port=16612
     P=$(start reverbgo-$side $side $port)
     GOMAXPROCS=1 taskset -c 1 timeout 300 $PUSHERBENCH connections --port $port --pid $P --app-id app-id --key app-key --secret app-secret -n 10000 | tail -1 >> $OUT/mem-$side.jsonl || true
-    kill $P; sleep 2
+    stop $P
   done
 done
 git -C "$root" worktree remove --force "$src" || true
