@@ -75,9 +75,12 @@ func (c *Client) sentinelEvent(sc *redis.SentinelClient, addr, channel, payload 
 		if len(f) != 5 || f[0] != c.master {
 			return
 		}
-		c.log.Warn("redis sentinel switched master; moving publishes and subscriptions", "master", c.master, "switch", payload, "sentinel", addr)
-		if changed, moved := c.useMaster(net.JoinHostPort(f[3], f[4]), -1); changed && moved {
-			c.switched()
+		// Every sentinel announces the switch once it adopted it: the first one moves the plane.
+		if changed, moved := c.useMaster(net.JoinHostPort(f[3], f[4]), -1); changed {
+			c.log.Warn("redis sentinel switched master; moving publishes and subscriptions", "master", c.master, "switch", payload, "sentinel", addr)
+			if moved {
+				c.switched()
+			}
 		}
 		c.endHold(evSwitchMaster)
 		c.learnEpoch(sc)
