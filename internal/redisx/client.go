@@ -75,7 +75,7 @@ type Client struct {
 	pubAddr string
 	epoch   int64
 
-	// Sentinel: the write hold while a failover of master is in progress (see hold.go).
+	// Sentinel: the write hold while a failover of master is in progress (AwaitWritable).
 	held     atomic.Bool
 	hmu      sync.Mutex
 	failing  map[string]string // sentinel address → what told it runs a failover
