@@ -46,6 +46,13 @@ func (b *RedisBroker) write() {
 				}
 			}
 		}
+		// While a sentinel runs a failover of the master, writes wait for the switch (a write
+		// the old master takes after the promotion is lost with it). What waited past MaxAge
+		// or was withdrawn meanwhile is dropped below, unsent.
+		if err := b.rc.AwaitWritable(b.drain); err != nil {
+			b.abandon(batch)
+			return
+		}
 		batch = b.dropExpired(b.dropWithdrawn(batch))
 		if len(batch) == 0 {
 			continue
@@ -57,17 +64,7 @@ func (b *RedisBroker) write() {
 			backoff = min(max(backoff*2, 50*time.Millisecond), time.Second)
 			select {
 			case <-b.drain.Done():
-				b.dropped.Add(int64(len(batch) + len(b.queue)))
-				for _, o := range batch {
-					if o.ack != nil {
-						o.ack.failed(ErrBrokerClosed)
-					}
-				}
-				for o := range b.queue {
-					if o.ack != nil {
-						o.ack.failed(ErrBrokerClosed)
-					}
-				}
+				b.abandon(batch)
 				return
 			case <-time.After(backoff):
 			}
@@ -89,6 +86,22 @@ func (b *RedisBroker) write() {
 		}
 		clear(batch)
 		batch = batch[:0]
+	}
+}
+
+// abandon fails batch and the rest of the (closed) queue with ErrBrokerClosed: Close
+// stopped waiting for the writer.
+func (b *RedisBroker) abandon(batch []outbound) {
+	b.dropped.Add(int64(len(batch) + len(b.queue)))
+	for _, o := range batch {
+		if o.ack != nil {
+			o.ack.failed(ErrBrokerClosed)
+		}
+	}
+	for o := range b.queue {
+		if o.ack != nil {
+			o.ack.failed(ErrBrokerClosed)
+		}
 	}
 }
 

@@ -11,8 +11,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,14 +64,25 @@ type Client struct {
 	dataOpts  redis.Options // the master's options but its address (password, db)
 
 	// Sentinel: the pub/sub plane (every publish and subscription of the node's pub/sub
-	// loop and of the broker) goes to the master the watcher last named, through a plain
-	// client, so publishes and subscriptions move at one moment on every node (they all
-	// watch the same sentinel first) instead of whenever go-redis's own listener (on any
-	// sentinel) hears of it: a publish still going to a demoted master is delivered only to
-	// whoever is still subscribed there.
+	// loop and of the broker) goes to the master the watchers last named, through a plain
+	// client, so publishes and subscriptions move the moment the first sentinel names it
+	// (every node watches every sentinel) instead of whenever go-redis's own listener (on
+	// one sentinel) hears of it: a publish still going to a demoted master is delivered only
+	// to whoever is still subscribed there. epoch is the sentinel config epoch of pubAddr
+	// (-1 unknown): a sentinel that answers with an older one has not heard of a switch.
 	pmu     sync.RWMutex
 	pub     *redis.Client
 	pubAddr string
+	epoch   int64
+
+	// Sentinel: the write hold while a failover of master is in progress (AwaitWritable).
+	held     atomic.Bool
+	hmu      sync.Mutex
+	failing  map[string]string // sentinel address → what told it runs a failover
+	holdFrom time.Time
+	holdDone chan struct{}
+	holdEnd  *time.Timer
+	holdMax  time.Duration
 
 	mu       sync.Mutex
 	switches []func()
@@ -97,8 +106,9 @@ type SentinelOptions struct {
 }
 
 // New wraps rdb. The topology is the client's type (a ClusterClient is Cluster), or
-// Sentinel when sentinel is non-nil: the Client then watches the sentinels itself so that
-// its Subs move to a new master the moment it is named.
+// Sentinel when sentinel is non-nil: the Client then watches every sentinel itself so that
+// its Subs move to a new master the moment one names it, and its writers can hold their
+// writes while a failover is in progress (AwaitWritable).
 func New(rdb redis.UniversalClient, sentinel *SentinelOptions, logger *slog.Logger) *Client {
 	if logger == nil {
 		logger = slog.Default()
@@ -117,8 +127,11 @@ func New(rdb redis.UniversalClient, sentinel *SentinelOptions, logger *slog.Logg
 		c.mu.Lock()
 		c.watching = true
 		c.mu.Unlock()
-		c.wg.Add(1)
-		go c.watchSentinels()
+		c.holdMax = FailoverHoldMax
+		c.wg.Add(len(c.sentinels))
+		for _, addr := range c.sentinels {
+			go c.watchSentinel(addr)
+		}
 	}
 	return c
 }
@@ -151,25 +164,6 @@ func (c *Client) Subscribe(ctx context.Context, channels ...string) *redis.PubSu
 
 func (c *Client) SSubscribe(ctx context.Context, channels ...string) *redis.PubSub {
 	return c.plane().SSubscribe(ctx, channels...)
-}
-
-// useMaster points the pub/sub plane at addr; it reports whether that changed anything.
-func (c *Client) useMaster(addr string) bool {
-	c.pmu.Lock()
-	if addr == "" || addr == c.pubAddr {
-		c.pmu.Unlock()
-		return false
-	}
-	opts := c.dataOpts
-	opts.Addr = addr
-	old := c.pub
-	c.pub, c.pubAddr = redis.NewClient(&opts), addr
-	c.pmu.Unlock()
-	if old != nil {
-		// Publishes in flight on the old master finish (or fail and are retried) first.
-		time.AfterFunc(10*time.Second, func() { _ = old.Close() })
-	}
-	return true
 }
 
 // switched tells every Sub that the master changed.
@@ -251,62 +245,7 @@ func (c *Client) onSwitch(fn func()) {
 	c.mu.Unlock()
 }
 
-// watchSentinels follows +switch-master on one sentinel at a time, moving to the next when
-// one fails. go-redis's failover client does the same for its pool; this watcher makes the
-// node's subscriptions follow at the same moment instead of staying on the demoted master.
-func (c *Client) watchSentinels() {
-	defer c.wg.Done()
-	backoff := time.Duration(0)
-	for i := 0; c.ctx.Err() == nil; i++ {
-		addr := c.sentinels[i%len(c.sentinels)]
-		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: c.password, DialTimeout: time.Second})
-		ps := sc.Subscribe(c.ctx, "+switch-master")
-		// A receive blocked for its 30 s does not see ctx: Close ends it by closing ps.
-		stopClose := context.AfterFunc(c.ctx, func() { _ = ps.Close() })
-		// Whatever was missed while not listening: the sentinel's current answer.
-		qctx, cancel := context.WithTimeout(c.ctx, time.Second)
-		if a, err := sc.GetMasterAddrByName(qctx, c.master).Result(); err == nil && len(a) == 2 {
-			if c.useMaster(net.JoinHostPort(a[0], a[1])) && i > 0 {
-				c.switched()
-			}
-		}
-		cancel()
-		for c.ctx.Err() == nil {
-			msg, err := ps.ReceiveTimeout(c.ctx, 30*time.Second)
-			if err != nil {
-				var ne net.Error
-				if ok := asNetTimeout(err, &ne); ok {
-					if ps.Ping(c.ctx) == nil {
-						continue
-					}
-				}
-				break
-			}
-			backoff = 0
-			m, ok := msg.(*redis.Message)
-			if !ok || m.Channel != "+switch-master" {
-				continue
-			}
-			f := strings.Fields(m.Payload) // <name> <old-ip> <old-port> <new-ip> <new-port>
-			if len(f) != 5 || f[0] != c.master {
-				continue
-			}
-			c.log.Warn("redis sentinel switched master; moving publishes and subscriptions", "master", c.master, "switch", m.Payload)
-			c.useMaster(net.JoinHostPort(f[3], f[4]))
-			c.switched()
-		}
-		stopClose()
-		_ = ps.Close()
-		_ = sc.Close()
-		backoff = min(max(backoff*2, 100*time.Millisecond), 2*time.Second)
-		select {
-		case <-c.ctx.Done():
-		case <-time.After(backoff):
-		}
-	}
-}
-
-// Close stops the sentinel watcher and closes every Sub, then the client.
+// Close stops the sentinel watchers and closes every Sub, then the client.
 func (c *Client) Close() error {
 	c.CloseSubs()
 	c.pmu.Lock()
@@ -317,9 +256,10 @@ func (c *Client) Close() error {
 	return c.UniversalClient.Close()
 }
 
-// CloseSubs stops the sentinel watcher and closes every Sub, leaving the client open.
+// CloseSubs stops the sentinel watchers and closes every Sub, leaving the client open.
 func (c *Client) CloseSubs() {
 	c.cancel()
+	c.endHold("closed")
 	c.mu.Lock()
 	subs := make([]*Sub, 0, len(c.subs))
 	for s := range c.subs {
