@@ -12,7 +12,12 @@
 # broadcast: scaling.routing, for before/after; default interest), BENCH_OUT (results
 # folder; default a new mktemp -d), SUB_NODES / PUB_NODES (indexes of the nodes that hold the
 # subscribers / take the publishes; default every node: SUB_NODES=0 PUB_NODES=1 leaves node 2
-# without a subscriber, whose CPU per publish is then what a foreign publish costs). Every step
+# without a subscriber, whose CPU per publish is then what a foreign publish costs), LAYOUT
+# (spread | local: which node a publish goes through; spread, the default, sends each
+# channel's publishes through every node in turn, 1 in N delivered on the publishing node, as
+# behind a load balancer; local sends publish m through node m%N, which with CHANNELS a
+# multiple of NODES is always the node of the channel's subscribers: no delivery crosses
+# Redis; the layout of every figure before 2026-12-05). Every step
 # reports each node's CPU per publish and Redis's commands and bytes per publish (INFO deltas
 # of every master). APP_EXTRA: more YAML of the app, e.g. "recovery: {enabled: true}". Nodes are pinned round-robin to the cores (one core each
 # when there are enough, GOMAXPROCS=1), Redis and the load tool to the last core. Only
@@ -94,7 +99,7 @@ echo "cluster.sh: $NODES nodes on $csv ($TOPOLOGY Redis, routing $ROUTING), subs
 set +e
 GOMAXPROCS=1 taskset -c "$last" "$BENCH_OUT/clusterbench" --ports "$csv" --app-id bench --key bench-key --secret bench-secret \
   --subs "$SUBS" --channels "$CHANNELS" --rates "$RATES" --step "$STEP" --p99-ms "$P99_MS" \
-  --sub-nodes "${SUB_NODES:-}" --pub-nodes "${PUB_NODES:-}" --pids "$pidcsv" --redis-addrs "$raddrs" | tee "$BENCH_OUT/clusterbench.log"
+  --sub-nodes "${SUB_NODES:-}" --pub-nodes "${PUB_NODES:-}" --layout "${LAYOUT:-spread}" --pids "$pidcsv" --redis-addrs "$raddrs" | tee "$BENCH_OUT/clusterbench.log"
 status=${PIPESTATUS[0]}
 set -e
 tail -1 "$BENCH_OUT/clusterbench.log" >"$BENCH_OUT/summary.json"

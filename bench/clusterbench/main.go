@@ -4,7 +4,10 @@
 //
 // It opens --subs WebSocket subscribers spread over the nodes (subscriber i on node i%N,
 // channel bench-<nonce>-<i%C>), then offers each rate of --rates for --step: publish m goes
-// to channel m%C through node m%N as a signed POST /apps/{id}/events whose data carries
+// to channel c = m%C through a node chosen by --layout (spread: the k-th publish of a channel
+// through node (c+k)%N, so every channel is published through every node and 1 in N
+// deliveries is local, as behind a load balancer; local: node m%N, which is the node of the
+// channel's subscribers whenever C is a multiple of N) as a signed POST /apps/{id}/events whose data carries
 // "cbx:<nonce>:<m>:<send_ns>" (one monotonic clock in this process). After each step it
 // waits --drain for stragglers and reports offered and achieved publishes/s, deliveries/s,
 // latency percentiles (every delivery, nearest rank), lost (expected from the subscriber
@@ -77,6 +80,7 @@ type bench struct {
 	host, appID, key, secret, nonce string
 	ports                           []int
 	subNodes, pubNodes              []int // indexes into ports (default: every node)
+	spread                          bool  // --layout spread
 	channels                        int
 	subsPerChannel                  []int
 	start                           time.Time
@@ -112,6 +116,7 @@ func run() int {
 	timeout := flag.Duration("timeout", 10*time.Minute, "hard limit for the whole run")
 	subNodes := flag.String("sub-nodes", "", "indexes (into --ports) of the nodes that hold subscribers (default every node)")
 	pubNodes := flag.String("pub-nodes", "", "indexes of the nodes publishes go through (default every node)")
+	layout := flag.String("layout", "spread", "which node a publish goes through: spread (each channel through every node in turn) or local (publish m through node m%N)")
 	pidsFlag := flag.String("pids", "", "the nodes' process ids, in --ports order: each step reports their CPU per publish")
 	redisAddrs := flag.String("redis-addrs", "", "Redis addresses (every master) whose commands and bytes per publish each step reports")
 	flag.Parse()
@@ -136,6 +141,10 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "clusterbench:", err)
 		return 1
 	}
+	if *layout != "spread" && *layout != "local" {
+		fmt.Fprintln(os.Stderr, "clusterbench: --layout must be spread or local")
+		return 1
+	}
 	var addrs []string
 	if *redisAddrs != "" {
 		addrs = strings.Split(*redisAddrs, ",")
@@ -152,7 +161,7 @@ func run() int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	b := &bench{
-		host: *host, appID: *appID, key: *key, secret: *secret, ports: ports, channels: *chans, subNodes: subIdx, pubNodes: pubIdx,
+		host: *host, appID: *appID, key: *key, secret: *secret, ports: ports, channels: *chans, subNodes: subIdx, pubNodes: pubIdx, spread: *layout == "spread",
 		nonce: strconv.FormatInt(time.Now().UnixNano()%1e9, 36), start: time.Now(), seen: map[delivery]struct{}{},
 		subsPerChannel: make([]int, *chans),
 		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -189,7 +198,7 @@ func run() int {
 		}
 		knee = rate
 	}
-	out, _ := json.Marshal(map[string]any{"knee_publishes_per_s": knee, "nodes": len(ports), "subscribers": *subs, "channels": *chans, "p99_bound_ms": *p99, "steps": steps})
+	out, _ := json.Marshal(map[string]any{"knee_publishes_per_s": knee, "layout": *layout, "nodes": len(ports), "subscribers": *subs, "channels": *chans, "p99_bound_ms": *p99, "steps": steps})
 	fmt.Println(string(out))
 	if knee == 0 {
 		return 2
@@ -338,10 +347,10 @@ func (b *bench) step(ctx context.Context, rate int, d, drain time.Duration, work
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// publish sends publish id to channel id%C through node id%N (of the --pub-nodes).
+// publish sends publish id to channel id%C through one of the --pub-nodes (pubNode).
 func (b *bench) publish(ctx context.Context, id int64) {
 	ch := int(id % int64(b.channels))
-	port := b.ports[b.pubNodes[int(id%int64(len(b.pubNodes)))]]
+	port := b.ports[b.pubNodes[pubNode(id, b.channels, len(b.pubNodes), b.spread)]]
 	data := fmt.Sprintf("cbx:%s:%d:%d", b.nonce, id, time.Since(b.start).Nanoseconds())
 	body, _ := json.Marshal(map[string]any{"name": "bench", "channel": b.channel(ch), "data": data})
 	req, err := pusherclient.NewRequest(ctx, net.JoinHostPort(b.host, strconv.Itoa(port)), b.app(), http.MethodPost, "/apps/"+b.appID+"/events", url.Values{}, body)
@@ -367,6 +376,16 @@ func (b *bench) publish(ctx context.Context, id int64) {
 	b.mu.Lock()
 	b.apiTimes = append(b.apiTimes, took)
 	b.mu.Unlock()
+}
+
+// pubNode is the index (of n publishing nodes) publish id to channel id%c goes through:
+// spread sends the k-th publish of a channel (k = id/c) through node (id%c + k)%n, so each
+// channel is published through every node in turn whatever c and n are; otherwise id%n.
+func pubNode(id int64, c, n int, spread bool) int {
+	if !spread {
+		return int(id % int64(n))
+	}
+	return int((id%int64(c) + id/int64(c)) % int64(n))
 }
 
 // indexes parses a comma-separated list of integers in [0, n) ("" = 0..n-1).
