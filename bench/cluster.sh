@@ -19,7 +19,9 @@
 # multiple of NODES is always the node of the channel's subscribers: no delivery crosses
 # Redis; the layout of every figure before 2026-12-05). Every step
 # reports each node's CPU per publish and Redis's commands and bytes per publish (INFO deltas
-# of every master). APP_EXTRA: more YAML of the app, e.g. "recovery: {enabled: true}". Nodes are pinned round-robin to the cores (one core each
+# of every master). WARMUP (5s): an unjudged step at the first
+# rate before the judged ones (0 for none; figures before 2026-12-06 had none, and their first
+# step carried the nodes' start-up work). APP_EXTRA: more YAML of the app, e.g. "recovery: {enabled: true}". Nodes are pinned round-robin to the cores (one core each
 # when there are enough, GOMAXPROCS=1), Redis and the load tool to the last core. Only
 # 127.0.0.1 is targeted; everything started here is stopped on exit (and every node stops by
 # itself after LIFETIME seconds). BIN: a reverbgo binary to run instead of this checkout's
@@ -99,7 +101,7 @@ echo "cluster.sh: $NODES nodes on $csv ($TOPOLOGY Redis, routing $ROUTING), subs
 set +e
 GOMAXPROCS=1 taskset -c "$last" "$BENCH_OUT/clusterbench" --ports "$csv" --app-id bench --key bench-key --secret bench-secret \
   --subs "$SUBS" --channels "$CHANNELS" --rates "$RATES" --step "$STEP" --p99-ms "$P99_MS" \
-  --sub-nodes "${SUB_NODES:-}" --pub-nodes "${PUB_NODES:-}" --layout "${LAYOUT:-spread}" --pids "$pidcsv" --redis-addrs "$raddrs" | tee "$BENCH_OUT/clusterbench.log"
+  --sub-nodes "${SUB_NODES:-}" --pub-nodes "${PUB_NODES:-}" --layout "${LAYOUT:-spread}" --warmup "${WARMUP:-5s}" --pids "$pidcsv" --redis-addrs "$raddrs" | tee "$BENCH_OUT/clusterbench.log"
 status=${PIPESTATUS[0]}
 set -e
 tail -1 "$BENCH_OUT/clusterbench.log" >"$BENCH_OUT/summary.json"

@@ -8,14 +8,14 @@
 #   OLD=84f5a07 bench/knee-ab.sh                          # F = 1, interest routing (issue 31)
 #   OLD=84f5a07 RUNS=7 RATES=2000,3000,4000,5000 bench/knee-ab.sh
 #
-# Environment: OLD (commit), RUNS (5), RATES (2000,3000,4000,5000), OUT (results; default a
+# Environment: OLD (commit), RUNS (5), RATES (1000,1500,...,6000, steps of 500), OUT (results; default a
 # new mktemp -d); every other variable of bench/cluster.sh passes through (F1_CHANNELS
 # defaults to 3000 and ROUTING to interest here). Loopback only.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OLD=${OLD:?OLD=<commit> to compare against}
 RUNS=${RUNS:-5}
-export RATES=${RATES:-2000,3000,4000,5000}
+export RATES=${RATES:-1000,1500,2000,2500,3000,3500,4000,4500,5000,5500,6000}
 export F1_CHANNELS=${F1_CHANNELS:-3000} ROUTING=${ROUTING:-interest}
 OUT=${OUT:-$(mktemp -d -t reverbgo-knee-ab.XXXXXX)}
 mkdir -p "$OUT"

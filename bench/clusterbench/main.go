@@ -111,6 +111,7 @@ func run() int {
 	ratesFlag := flag.String("rates", "500,1000,2000,5000,10000,20000", "publishes/s per step, ascending")
 	stepDur := flag.Duration("step", 10*time.Second, "duration of each step")
 	drain := flag.Duration("drain", 2*time.Second, "wait after each step for late deliveries")
+	warmup := flag.Duration("warmup", 5*time.Second, "an unjudged step at the first rate before the judged ones (0: none): the first seconds after the subscribers connected carry the nodes' start-up work")
 	p99 := flag.Float64("p99-ms", 100, "p99 delivery latency bound")
 	workers := flag.Int("concurrency", 256, "HTTP requests in flight at most")
 	timeout := flag.Duration("timeout", 10*time.Minute, "hard limit for the whole run")
@@ -182,6 +183,10 @@ func run() int {
 	var steps []step
 	knee := 0
 	m := newMeter(pids, addrs)
+	if *warmup > 0 {
+		w := b.step(ctx, rates[0], *warmup, *drain, *workers)
+		fmt.Printf("warm-up %6d/s for %v (not judged): p99 %.1f ms, api p99 %.2f ms, lost %d\n", rates[0], *warmup, w.P99MS, w.APIP99MS, w.Lost)
+	}
 	for _, rate := range rates {
 		if ctx.Err() != nil {
 			break
