@@ -60,6 +60,9 @@ func TestPerWebhookTimeoutAndRetryFor(t *testing.T) {
 	logs := &syncBuffer{}
 	opts := testOptions(logs)
 	opts.RetryFor = time.Hour
+	// Both events must travel in one batch: without a window the outbox may claim "a" alone
+	// before "b" is emitted, and then drops two batches of one event each.
+	opts.BatchWindow = 200 * time.Millisecond
 	wh := hook(rcv.srv.URL)
 	// retry_for leaves room for two 1 s POSTs and the backoff between them on a loaded
 	// machine (with 2 s a second POST could start after the deadline).
