@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reverbgo/reverbgo/channels"
+	"github.com/reverbgo/reverbgo/channels/channelstest"
 	"github.com/reverbgo/reverbgo/internal/cluster"
 	"github.com/reverbgo/reverbgo/internal/redisx"
 	"github.com/reverbgo/reverbgo/internal/testutil"
@@ -75,7 +76,8 @@ func (h *heldBroker) publish(ctx context.Context, ch, data string) error {
 func holding(rc *redisx.Client) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	return rc.AwaitWritable(ctx) != nil
+	_, err := rc.AwaitWritable(ctx)
+	return err != nil
 }
 
 // While a sentinel runs a failover of the master the broker's writer holds its pipelines:
@@ -159,4 +161,45 @@ func TestBrokerClosesDuringASentinelFailover(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the held publish was never answered")
 	}
+}
+
+// A publish held through a Sentinel failover reaches this node's subscriber of a plain
+// channel: the writer sends it once the node's subscriptions are on the new master. Before,
+// the switch released it at once, it reached the new master before the node had subscribed
+// there, and pub/sub delivered it to nobody (the API had answered 200).
+func TestHeldPublishReachesSubscribersAfterTheSwitch(t *testing.T) {
+	ctx := context.Background()
+	h := newHeldBroker(t)
+	// The watchers name the master first (as a sentinel's answer does at start), so that the
+	// switch below moves the pub/sub plane, subscriptions included.
+	h.s1.Publish("+switch-master", "m "+h.masterHostPort+" "+h.masterHostPort)
+	testutil.WaitFor(t, "the plane on the named master", func() bool { return h.rc.Plane() != h.rc.UniversalClient })
+	plain := &channelstest.Sink{ID: "1.1"}
+	h.reg.Subscribe("app", "plain", plain)
+	if err := h.reg.AwaitRouted(ctx, "app", "plain"); err != nil {
+		t.Fatal(err)
+	}
+	h.s2.Publish("+try-failover", "master m "+h.masterHostPort)
+	testutil.WaitFor(t, "writes held", func() bool { return holding(h.rc) })
+	acked := make(chan error, 1)
+	go func() {
+		acked <- h.reg.PublishAcked(ctx, []channels.Message{{AppID: "app", Channel: "plain", Frame: []byte("x")}})
+	}()
+	select {
+	case err := <-acked:
+		t.Fatalf("a publish was accepted during the hold (%v)", err)
+	case <-time.After(200 * time.Millisecond): // queued behind the hold
+	}
+	promoted := miniredis.RunT(t)
+	ph, pp, _ := net.SplitHostPort(promoted.Addr())
+	h.s1.Publish("+switch-master", "m "+h.masterHostPort+" "+ph+" "+pp)
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the switch did not release the held publish")
+	}
+	plain.WaitFor(t, "the held publish delivered from the new master", func(f []string) bool { return len(f) == 1 })
 }

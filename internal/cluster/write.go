@@ -49,9 +49,15 @@ func (b *RedisBroker) write() {
 		// While a sentinel runs a failover of the master, writes wait for the switch (a write
 		// the old master takes after the promotion is lost with it). What waited past MaxAge
 		// or was withdrawn meanwhile is dropped below, unsent.
-		if err := b.rc.AwaitWritable(b.drain); err != nil {
+		held, err := b.rc.AwaitWritable(b.drain)
+		if err != nil {
 			b.abandon(batch)
 			return
+		}
+		if held {
+			// The switch that ended the hold re-makes every subscription on the new master:
+			// a batch sent there before they are would reach no node (pub/sub keeps nothing).
+			b.awaitSubs()
 		}
 		batch = b.dropExpired(b.dropWithdrawn(batch))
 		if len(batch) == 0 {

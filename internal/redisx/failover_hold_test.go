@@ -2,6 +2,7 @@ package redisx
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -39,7 +40,8 @@ func sentinelClient(t *testing.T, master *miniredis.Miniredis, sentinels ...*min
 func holding(c *Client) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	return c.AwaitWritable(ctx) != nil
+	_, err := c.AwaitWritable(ctx)
+	return err != nil
 }
 
 func hostPort(t *testing.T, m *miniredis.Miniredis) string {
@@ -80,7 +82,13 @@ func TestFailoverOnAnySentinelHoldsWritesUntilTheSwitch(t *testing.T) {
 	testutil.WaitFor(t, "writes held", func() bool { return holding(c) })
 
 	released := make(chan error, 1)
-	go func() { released <- c.AwaitWritable(ctx) }()
+	go func() {
+		held, err := c.AwaitWritable(ctx)
+		if err == nil && !held {
+			err = errors.New("AwaitWritable returned during a hold without reporting it held")
+		}
+		released <- err
+	}()
 	s1.Publish(evSwitchMaster, "m "+hostPort(t, demoted)+" "+hostPort(t, promoted))
 	select {
 	case err := <-released:
@@ -131,7 +139,7 @@ func TestFailoverHoldIsBounded(t *testing.T) {
 	start := time.Now()
 	s2.Publish(evTryFailover, "master m "+hostPort(t, master))
 	testutil.WaitFor(t, "writes held", func() bool { return holding(c) })
-	if err := c.AwaitWritable(context.Background()); err != nil {
+	if _, err := c.AwaitWritable(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
@@ -147,7 +155,10 @@ func TestCloseEndsTheHold(t *testing.T) {
 	s1.Publish(evTryFailover, "master m "+hostPort(t, master))
 	testutil.WaitFor(t, "writes held", func() bool { return holding(c) })
 	released := make(chan error, 1)
-	go func() { released <- c.AwaitWritable(context.Background()) }()
+	go func() {
+		_, err := c.AwaitWritable(context.Background())
+		released <- err
+	}()
 	start := time.Now()
 	_ = c.Close()
 	select {

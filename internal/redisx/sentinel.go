@@ -182,26 +182,28 @@ func (c *Client) useMaster(addr string, epoch int64) (changed, moved bool) {
 // FailoverHoldMax passed since it started, or with ctx's error when ctx ends first. A write
 // made on the old master after the sentinel promoted its replica is lost when the old
 // master becomes the new one's replica; a write held until the switch goes to the new one.
-func (c *Client) AwaitWritable(ctx context.Context) error {
+// held reports that the call waited for a hold to end: the plane may have moved meanwhile,
+// and the Subs re-make themselves on the new master (they are not Up until they have).
+func (c *Client) AwaitWritable(ctx context.Context) (held bool, err error) {
 	if !c.held.Load() {
-		return nil
+		return false, nil
 	}
 	c.hmu.Lock()
 	done := c.holdDone
 	c.hmu.Unlock()
 	if done == nil {
-		return nil
+		return false, nil
 	}
 	select {
 	case <-done:
-		return nil
+		return false, nil
 	default:
 	}
 	select {
 	case <-done:
-		return nil
+		return true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return true, ctx.Err()
 	}
 }
 

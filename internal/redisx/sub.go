@@ -155,11 +155,18 @@ func (s *Sub) Change(sub, unsub []string) uint64 {
 	return gen
 }
 
-// Remake throws the connection away and subscribes a fresh one to the owner's set.
+// Remake throws the connection away and subscribes a fresh one to the owner's set. The Sub
+// is no longer Up from this call on (not from when its loop gets to the re-make): a caller
+// that waits for Up after asking for a re-make (the writer after a Sentinel switch) waits
+// for the new connection, never for the one being thrown away.
 func (s *Sub) Remake(cause string) {
 	s.mu.Lock()
 	if s.remake == "" {
 		s.remake = cause
+	}
+	if s.up {
+		s.up = false
+		s.lostAt, s.lostBy = time.Now(), cause
 	}
 	s.mu.Unlock()
 	s.signal()
@@ -498,9 +505,9 @@ func (s *Sub) acked(ch string) bool {
 
 func (s *Sub) confirm(epoch, gen uint64) {
 	s.mu.Lock()
-	if s.epoch != epoch || s.retire == epoch {
+	if s.epoch != epoch || s.retire == epoch || s.remake != "" {
 		s.mu.Unlock()
-		return
+		return // a connection being replaced confirms nothing
 	}
 	restored := !s.up && !s.lostAt.IsZero()
 	cause, since := s.lostBy, time.Since(s.lostAt)
