@@ -72,6 +72,13 @@ func (h *heldBroker) publish(ctx context.Context, ch, data string) error {
 	return h.reg.PublishAcked(ctx, []channels.Message{{AppID: "app", Channel: ch, Frame: frame, Cacheable: true, Recovery: &holdLimits}})
 }
 
+// promote starts a new master and has a sentinel announce the switch to it.
+func (h *heldBroker) promote(t *testing.T) {
+	promoted := miniredis.RunT(t)
+	ph, pp, _ := net.SplitHostPort(promoted.Addr())
+	h.s1.Publish("+switch-master", "m "+h.masterHostPort+" "+ph+" "+pp)
+}
+
 // holding reports whether the client holds writes now.
 func holding(rc *redisx.Client) bool {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -106,9 +113,7 @@ func TestWriterHoldsPublishesDuringASentinelFailover(t *testing.T) {
 	case <-time.After(300 * time.Millisecond): // it must still be waiting
 	}
 
-	promoted := miniredis.RunT(t)
-	ph, pp, _ := net.SplitHostPort(promoted.Addr())
-	h.s1.Publish("+switch-master", "m "+h.masterHostPort+" "+ph+" "+pp)
+	h.promote(t)
 	select {
 	case err := <-kept:
 		if err != nil {
@@ -190,9 +195,7 @@ func TestHeldPublishReachesSubscribersAfterTheSwitch(t *testing.T) {
 		t.Fatalf("a publish was accepted during the hold (%v)", err)
 	case <-time.After(200 * time.Millisecond): // queued behind the hold
 	}
-	promoted := miniredis.RunT(t)
-	ph, pp, _ := net.SplitHostPort(promoted.Addr())
-	h.s1.Publish("+switch-master", "m "+h.masterHostPort+" "+ph+" "+pp)
+	h.promote(t)
 	select {
 	case err := <-acked:
 		if err != nil {

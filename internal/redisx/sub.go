@@ -321,13 +321,8 @@ func (s *Sub) send(ctx context.Context, ps *redis.PubSub, sub, unsub []string, g
 // after the old one's has ended.
 func (s *Sub) doRemake(cause string) error {
 	s.mu.Lock()
+	// Remake already marked a live Sub lost (not Up, lostAt), before the loop got here.
 	first := cause == "start" && s.epoch == 0
-	if s.up || first {
-		if !first {
-			s.lostAt, s.lostBy = time.Now(), cause
-		}
-		s.up = false
-	}
 	clear(s.ops) // subsumed by Want(), read below
 	clear(s.leaving)
 	s.retire = s.epoch
