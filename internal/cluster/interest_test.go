@@ -109,8 +109,11 @@ func TestRouterBatchesAndUnsubscribes(t *testing.T) {
 		b.WhenRouted("app", name, func(bool) { routed.Add(1) })
 	}
 	testutil.WaitFor(t, "every channel routed", func() bool { return routed.Load() == n })
-	if got := brokers[1].RouteBatches(); got > n/5 {
-		t.Fatalf("%d subscribes took %d batches, want them batched (at most %d)", n, got, n/5)
+	// Batches are what changed while the previous round was on the wire, so their count
+	// follows scheduling: 34–112 for 500 under -race on 2 cores (16 runs). A third of the
+	// subscribes still shows them batched (unbatched is 500).
+	if got := brokers[1].RouteBatches(); got > n/3 {
+		t.Fatalf("%d subscribes took %d batches, want them batched (at most %d)", n, got, n/3)
 	}
 	t.Logf("%d subscribes in %d batches", n, brokers[1].RouteBatches())
 	if brokers[1].RouteTimeouts() != 0 {
